@@ -1,0 +1,44 @@
+# frozen_string_literal: true
+
+module Weft
+  module HTTP1
+    # Raised for malformed or oversized HTTP/1.x input. #status is the HTTP
+    # status a server should answer with (400, 413, 414, 431, 501, 505);
+    # the response parser always uses 502.
+    class ParseError < StandardError
+      attr_reader :status
+
+      def initialize(message = "malformed HTTP message", status = 400)
+        super(message)
+        @status = status
+      end
+    end
+  end
+end
+
+require_relative "weft_http1"
+
+module Weft
+  module HTTP1
+    # Incremental request-head parser (C). See docs/http1_parser.md.
+    class RequestParser
+      def initialize(max_request_line: 8192, max_header_bytes: 65_536, max_headers: 100)
+        _setup(max_request_line, max_header_bytes, max_headers)
+      end
+    end
+
+    # Incremental response-head parser for the client (C).
+    class ResponseParser
+      def initialize(max_header_bytes: 65_536, max_headers: 100)
+        _setup(max_header_bytes, max_headers)
+      end
+    end
+
+    # Decoder for the chunked transfer coding (C).
+    class ChunkedDecoder
+      def initialize(max_chunk_size: nil, max_trailer_bytes: 16_384)
+        _setup(max_chunk_size, max_trailer_bytes)
+      end
+    end
+  end
+end
