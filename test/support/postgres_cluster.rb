@@ -144,7 +144,9 @@ module Weft
 
         def process_alive?(pid)
           Process.kill(0, pid)
-          true
+          # A killed process can linger as a zombie until its parent reaps it.
+          stat = File.read("/proc/#{pid}/stat") rescue nil # rubocop:disable Style/RescueModifier
+          !(stat && stat.rpartition(") ").last.start_with?("Z"))
         rescue Errno::ESRCH
           false
         rescue Errno::EPERM
