@@ -303,19 +303,28 @@ static VALUE req_parse(VALUE self, VALUE buffer, VALUE env)
     rparser *rp = get_parser(self);
     h1_parser *p = &rp->core;
     const unsigned char *b;
-    long r;
+    VALUE stack_pairs[2 * 40], *pairs = stack_pairs, tmp = 0;
+    long r, npairs = 0;
 
     StringValue(buffer);
     Check_Type(env, T_HASH);
     r = run(rp, buffer);
     if (r == 0) return Qnil;
 
+    /* Collect key/value pairs and insert them with one rb_hash_bulk_insert:
+     * the table is grown once instead of once per threshold crossing. All keys
+     * are frozen, so the hash can keep them without copying. The pairs array is
+     * on the C stack (or a GC-marked ALLOCV buffer), so the values stay alive. */
+    if ((size_t)p->nheaders + 5 > sizeof(stack_pairs) / sizeof(VALUE) / 2)
+        pairs = ALLOCV_N(VALUE, tmp, 2 * ((size_t)p->nheaders + 5));
+#define PUT(k, v) (pairs[npairs++] = (k), pairs[npairs++] = (v))
+
     b = (const unsigned char *)RSTRING_PTR(buffer);
-    rb_hash_aset(env, k_REQUEST_METHOD, method_string(b + p->method_off, p->method_len));
-    rb_hash_aset(env, k_PATH_INFO, p->path_len ? rb_str_new((const char *)b + p->path_off, (long)p->path_len)
-                                               : rb_str_dup(v_ROOT));
-    rb_hash_aset(env, k_QUERY_STRING, rb_str_new((const char *)b + p->query_off, (long)p->query_len));
-    rb_hash_aset(env, k_SERVER_PROTOCOL, p->http_minor ? v_HTTP_1_1 : v_HTTP_1_0);
+    PUT(k_REQUEST_METHOD, method_string(b + p->method_off, p->method_len));
+    PUT(k_PATH_INFO, p->path_len ? rb_str_new((const char *)b + p->path_off, (long)p->path_len)
+                                 : rb_str_dup(v_ROOT));
+    PUT(k_QUERY_STRING, rb_str_new((const char *)b + p->query_off, (long)p->query_len));
+    PUT(k_SERVER_PROTOCOL, p->http_minor ? v_HTTP_1_1 : v_HTTP_1_0);
 
     for (uint32_t i = 0; i < p->nheaders; i++) {
         const h1_header *h = &p->headers[i];
@@ -329,7 +338,8 @@ static VALUE req_parse(VALUE self, VALUE buffer, VALUE env)
          * client spoof headers that a proxy believes it set; drop such names. */
         if (memchr(name, '_', h->name_len)) continue;
 
-        /* Repeated fields: the first occurrence builds the joined value. */
+        /* Repeated fields: the first occurrence builds the joined value. The
+         * quadratic scan is mostly length compares and max_headers bounds it. */
         for (j = 0; j < i; j++)
             if (same_name(b, &p->headers[j], h)) { dup = 1; break; }
         if (dup) continue;
@@ -339,7 +349,7 @@ static VALUE req_parse(VALUE self, VALUE buffer, VALUE env)
         ch = find_common(name, h->name_len);
         if (ch && ch->len == 14 && memcmp(ch->name, "content-length", 14) == 0) {
             /* the validated (possibly deduplicated "5, 5") value */
-            rb_hash_aset(env, ch->rkey, rb_str_new((const char *)b + p->cl_off, (long)p->cl_len));
+            PUT(ch->rkey, rb_str_new((const char *)b + p->cl_off, (long)p->cl_len));
             continue;
         }
         key = ch ? ch->rkey : rack_key(name, h->name_len);
@@ -353,13 +363,17 @@ static VALUE req_parse(VALUE self, VALUE buffer, VALUE env)
                 rb_str_cat(val, (const char *)b + o->value_off, (long)o->value_len);
             }
         }
-        rb_hash_aset(env, key, val);
+        PUT(key, val);
     }
 
-    /* RFC 9112 3.2.2: with absolute-form the target's authority is the host. */
+    /* RFC 9112 3.2.2: with absolute-form the target's authority is the host
+     * (inserted last, so it replaces a Host header's value). */
     if (p->absolute_form)
-        rb_hash_aset(env, k_HTTP_HOST, rb_str_new((const char *)b + p->authority_off, (long)p->authority_len));
+        PUT(k_HTTP_HOST, rb_str_new((const char *)b + p->authority_off, (long)p->authority_len));
+#undef PUT
 
+    rb_hash_bulk_insert(npairs, pairs, env);
+    if (tmp) ALLOCV_END(tmp);
     RB_GC_GUARD(buffer);
     return LONG2NUM(r);
 }

@@ -96,6 +96,22 @@ class HTTP1RequestParserTest < Minitest::Test
     end
   end
 
+  def test_server_env_keeps_existing_keys
+    base = { "rack.version" => [3, 0], "SERVER_NAME" => "localhost", "SERVER_PORT" => "80",
+             "rack.url_scheme" => "http", "SCRIPT_NAME" => "", "REMOTE_ADDR" => "127.0.0.1",
+             "rack.input" => nil, "rack.errors" => $stderr, "rack.multithread" => false }
+    [0, 5, 60].each do |extra|
+      env = base.dup
+      lines = ["Host: h"] + (1..extra).map { |i| "X-Extra-#{i}: #{i}" }
+      assert parser.parse(req(lines).b, env)
+      base.each { |k, v| assert_same v, env[k], k }
+      assert_equal "h", env["HTTP_HOST"]
+      assert_equal extra.to_s, env["HTTP_X_EXTRA_#{extra}"] if extra.positive?
+      assert_equal base.size + 5 + extra, env.size
+      assert env.keys.all?(&:frozen?)
+    end
+  end
+
   def test_incomplete_returns_nil
     pr = parser
     env = {}
