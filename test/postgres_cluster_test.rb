@@ -8,6 +8,16 @@ class PostgresClusterTest < Minitest::Test
     Weft::Test::PostgresCluster.shared
   end
 
+  # Stop/restart tests use a cluster of their own, so that connections other test files keep
+  # open to the shared cluster (pools, say) never see these restarts.
+  def self.private_cluster
+    @private_cluster ||= Weft::Test::PostgresCluster.new.start
+  end
+
+  def private_cluster
+    self.class.private_cluster
+  end
+
   def test_answers_over_tcp
     PG.connect(cluster.conninfo) do |conn|
       assert_equal [["1"]], conn.exec("select 1").values
@@ -47,13 +57,13 @@ class PostgresClusterTest < Minitest::Test
   end
 
   def test_restart_under_a_connection
-    conn = PG.connect(cluster.conninfo)
+    conn = PG.connect(private_cluster.conninfo)
     before = conn.exec("select pg_postmaster_start_time()").getvalue(0, 0)
-    port = cluster.port
+    port = private_cluster.port
 
-    cluster.restart(mode: :fast)
+    private_cluster.restart(mode: :fast)
 
-    assert_equal port, cluster.port, "a restart keeps the port"
+    assert_equal port, private_cluster.port, "a restart keeps the port"
     assert_raises(PG::Error) { conn.exec("select 1") }
     conn.reset
     refute_equal before, conn.exec("select pg_postmaster_start_time()").getvalue(0, 0)
@@ -62,21 +72,21 @@ class PostgresClusterTest < Minitest::Test
   end
 
   def test_stop_and_start
-    cluster.stop
-    refute cluster.running?
-    assert_raises(PG::ConnectionBad) { PG.connect(cluster.conninfo + " connect_timeout=2") }
-    cluster.start
-    assert_equal [{ "one" => "1" }], cluster.psql("select 1 as one")
+    private_cluster.stop
+    refute private_cluster.running?
+    assert_raises(PG::ConnectionBad) { PG.connect(private_cluster.conninfo + " connect_timeout=2") }
+    private_cluster.start
+    assert_equal [{ "one" => "1" }], private_cluster.psql("select 1 as one")
   end
 
   # :immediate is a crash: the server runs crash recovery on the next start. With fsync and
   # synchronous_commit off, only data that made it to a checkpoint is sure to survive.
   def test_immediate_restart_recovers
-    cluster.psql("create table if not exists crash_probe (id int)")
-    cluster.psql("checkpoint")
-    cluster.restart(mode: :immediate)
-    assert_equal [], cluster.psql("select * from crash_probe")
-    assert_match(/database system was interrupted|not properly shut down/, cluster.log_tail(200))
+    private_cluster.psql("create table if not exists crash_probe (id int)")
+    private_cluster.psql("checkpoint")
+    private_cluster.restart(mode: :immediate)
+    assert_equal [], private_cluster.psql("select * from crash_probe")
+    assert_match(/database system was interrupted|not properly shut down/, private_cluster.log_tail(200))
   end
 
   def test_private_cluster_is_removed_by_destroy
