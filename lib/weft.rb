@@ -1,0 +1,116 @@
+# frozen_string_literal: true
+
+require "logger"
+require_relative "weft/version"
+require_relative "weft/errors"
+require_relative "weft/timers"
+require_relative "weft/task"
+require_relative "weft/scheduler"
+require_relative "weft/gather"
+require_relative "weft/semaphore"
+
+# Weft runs ordinary blocking Ruby code concurrently under Ruby's Fiber::Scheduler.
+#
+#   Weft.run do
+#     a = Weft.spawn { Net::HTTP.get(URI("http://example.com/a")) }
+#     b = Weft.spawn { db.exec("select pg_sleep(1)") }
+#     Weft.gather([a, b])
+#   end
+#
+# See docs/core.md for the model and how each stdlib operation behaves.
+module Weft
+  class << self
+    # Where Weft reports what nobody else would see (a task's failure nobody waited for).
+    # @return [Logger]
+    attr_writer :logger
+
+    def logger
+      @logger ||= Logger.new($stderr, progname: "weft")
+    end
+
+    # Runs the block in a task under a new reactor on this thread and returns its value (or
+    # raises its exception) once it and every task spawned inside have ended. Called inside a
+    # running reactor, it simply runs the block.
+    def run(&block)
+      raise ArgumentError, "Weft.run needs a block" unless block
+      current = Fiber.scheduler
+      return yield if current.is_a?(Scheduler) && !Fiber.current.blocking?
+      raise Error, "this thread already has a fiber scheduler (#{current.class})" if current
+
+      scheduler = Scheduler.new
+      Fiber.set_scheduler(scheduler)
+      begin
+        root = scheduler.spawn(nil, "root", [], block)
+        root.observe {} # its failure is raised from here, not logged
+        scheduler.run
+        root.wait
+      ensure
+        Fiber.set_scheduler(nil)
+      end
+    end
+
+    # Starts a task running the block (given the task and `args`) and returns it. The task runs
+    # at once until it first waits, then spawn returns; it is a child of the current task.
+    # @return [Task]
+    def spawn(*args, name: nil, &block)
+      raise ArgumentError, "Weft.spawn needs a block" unless block
+      scheduler!("Weft.spawn").spawn(Task.current, name, args, block)
+    end
+
+    # Runs the block with a deadline; past it, Weft::TimeoutError (a Timeout::Error) is raised
+    # where the block is waiting. Outside a reactor it falls back to the stdlib's thread-based
+    # Timeout with the same error class.
+    def timeout(seconds, message = nil, &block)
+      message ||= "execution expired after #{seconds}s"
+      scheduler = Fiber.scheduler
+      if scheduler.is_a?(Scheduler) && !Fiber.current.blocking?
+        scheduler.timeout_after(seconds, TimeoutError, message, &block)
+      else
+        Timeout.timeout(seconds, TimeoutError, message, &block)
+      end
+    end
+
+    # Waits for tasks and returns their values in order; see Gather.gather.
+    def gather(*tasks, collect: false)
+      Gather.gather(tasks.flatten, collect: collect)
+    end
+
+    # Calls the block for each item in tasks, at most `concurrency` at a time (all at once when
+    # nil), and returns the results in order. The first failure cancels the rest and is raised.
+    def map(items, concurrency: nil, &block)
+      items = items.to_a
+      workers = [concurrency || items.size, items.size].min
+      results = Array.new(items.size)
+      next_index = 0
+      tasks = Array.new(workers) do
+        spawn(name: "Weft.map worker") do
+          while (index = next_index) < items.size
+            next_index += 1
+            results[index] = block.call(items[index])
+          end
+        end
+      end
+      gather(tasks)
+      results
+    end
+
+    # @return [Scheduler, nil] the reactor running on this thread
+    def scheduler
+      current = Fiber.scheduler
+      current if current.is_a?(Scheduler)
+    end
+
+    # @return [Boolean] whether the caller runs in a task inside a Weft reactor
+    def running?
+      !scheduler.nil? && !Fiber.current.blocking?
+    end
+
+    # @api private
+    # @return [Scheduler] the running reactor, or raises a clear error naming `what`
+    def scheduler!(what)
+      current = scheduler
+      return current if current && !Fiber.current.blocking?
+      raise Error, "#{what} must be called inside Weft.run (no Weft reactor is running on this fiber)"
+    end
+  end
+end

@@ -1,0 +1,360 @@
+# frozen_string_literal: true
+
+require "io/event"
+require "socket"
+require_relative "errors"
+require_relative "timers"
+require_relative "task"
+
+module Weft
+  # Weft's Fiber::Scheduler: the reactor behind Weft.run.
+  #
+  # Ruby calls the hooks below whenever a non-blocking fiber would block (a socket read, sleep,
+  # Mutex#lock, Process.wait, a DNS lookup...). Each hook parks the calling fiber and hands the
+  # thread back to the event loop, which runs other fibers until the awaited event arrives.
+  #
+  # Readiness comes from io-event's selectors (epoll on Linux, io_uring when built with liburing,
+  # kqueue on BSD/macOS), a maintained C library made for exactly this; docs/core.md records why
+  # it was chosen over nio4r. Timers live in Weft::Timers.
+  #
+  # A scheduler belongs to one thread. The only method that may be called from another thread
+  # is #unblock (Ruby calls it when, say, a thread pushes to a Queue that a task is popping).
+  class Scheduler
+    attr_reader :selector, :timers, :loop_fiber, :thread
+
+    def initialize(selector: nil)
+      @thread = Thread.current
+      @loop_fiber = Fiber.current
+      @selector = selector || IO::Event::Selector.new(@loop_fiber)
+      @timers = Timers.new
+      # Fibers parked in #suspend, mapped to what they wait for (the blocker, or true). A wake is
+      # honoured only for a fiber found here, which rules out stale wake-ups (see #wake).
+      @suspended = {}.compare_by_identity
+      # Fibers woken and waiting for their turn, mapped to the value #suspend returns to them.
+      # A Hash rather than an Array so that a fiber raised into while queued can be taken out.
+      @ready = {}.compare_by_identity
+      # Exceptions to raise into suspended fibers (cancellation); delivered by the loop fiber.
+      @raises = {}.compare_by_identity
+      # Wake-ups posted from other threads, handed over under a lock.
+      @foreign_wakeups = []
+      @foreign_lock = Thread::Mutex.new
+      @tasks = {}.compare_by_identity
+      @spawned = 0
+      @max_lag = 0.0
+      @lag = 0.0
+      @turn_started = nil
+      @closed = false
+    end
+
+    # --- Running -----------------------------------------------------------------------------
+
+    # Runs the event loop until every task has ended. Must be called from the loop fiber.
+    def run
+      raise Error, "the reactor's loop can only run in the fiber that created it" unless Fiber.current.equal?(@loop_fiber)
+      run_once until @tasks.empty?
+    rescue Exception # rubocop:disable Lint/RescueException
+      # An Interrupt or SystemExit escaped a task or struck the loop itself: unwind every task
+      # (their ensure blocks run) before letting it propagate out of Weft.run.
+      cancel_all
+      raise
+    end
+
+    # One turn of the loop: deliver cancellations, run woken fibers, wait for I/O or the next
+    # timer, fire due timers.
+    def run_once
+      take_foreign_wakeups unless @foreign_wakeups.empty?
+      deliver_raises unless @raises.empty?
+      run_ready unless @ready.empty?
+      return if @tasks.empty? # the last task just ended: do not wait for events nobody wants
+
+      interval = @ready.empty? && @raises.empty? ? @timers.wait_interval : 0
+      record_lag(Timers.now - @turn_started) if @turn_started
+      @selector.select(interval)
+      @turn_started = Timers.now
+      @timers.fire(@turn_started)
+    end
+
+    # Called by Ruby from Fiber.set_scheduler(nil) or when the thread exits: finish the work
+    # still pending, then release the selector.
+    def close
+      return if @closed
+      run unless @tasks.empty?
+    ensure
+      unless @closed
+        @closed = true
+        @selector.close
+      end
+    end
+
+    # @return [Boolean]
+    def closed?
+      @closed
+    end
+
+    # --- Tasks -------------------------------------------------------------------------------
+
+    # Creates a task running the block in a new fiber and starts it at once: spawn returns when
+    # the task first suspends (or ends). Use Weft.spawn; this is its mechanism.
+    # @return [Task]
+    def spawn(parent, name, args, block)
+      task = Task.new(self, parent, name, args, block)
+      @tasks[task] = true
+      @spawned += 1
+      start(task.fiber)
+      task
+    end
+
+    # @api private: a task's fiber calls this as it ends.
+    def task_ended(task)
+      @tasks.delete(task)
+    end
+
+    # Cancels every live task; used when the reactor is torn down abnormally.
+    def cancel_all
+      @tasks.each_key(&:cancel)
+      # Give the cancelled tasks the turns they need to run their ensure blocks.
+      run_once until @tasks.empty? || @closed
+    end
+
+    # --- Suspension: the single way Weft parks a fiber -----------------------------------------
+
+    # Parks the current fiber until #wake is called for it, `timeout` seconds pass, or an
+    # exception is raised into it. `blocker` names what it waits for: wake-ups naming another
+    # blocker are ignored.
+    # @return the value passed to #wake, or nil on timeout
+    def suspend(timeout = nil, blocker = true)
+      fiber = Fiber.current
+      if fiber.equal?(@loop_fiber)
+        raise Error, "cannot block the reactor's own loop fiber; do this inside a task (Weft.spawn)"
+      end
+
+      @suspended[fiber] = blocker
+      timer = @timers.after(timeout) { wake(fiber, nil) } if timeout
+      @selector.transfer
+    ensure
+      @suspended.delete(fiber)
+      @ready.delete(fiber)
+      timer&.cancel
+    end
+
+    # Makes a fiber parked in #suspend runnable; it resumes on the loop's next turn with
+    # `value` as #suspend's result. Must be called on the reactor's thread.
+    # @return [Boolean] false if the fiber was not parked (or was parked on another blocker)
+    def wake(fiber, value = true, blocker = nil)
+      expected = @suspended[fiber]
+      return false if expected.nil?
+      return false if blocker && !expected.equal?(blocker)
+      @suspended.delete(fiber)
+      @ready[fiber] = value
+      true
+    end
+
+    # Raises `exception` into a suspended fiber on the loop's next turn. Used for cancellation,
+    # so that Task#cancel never switches fibers itself.
+    def raise_later(fiber, exception)
+      @raises[fiber] = exception
+    end
+
+    # --- Fiber::Scheduler hooks ----------------------------------------------------------------
+
+    # Kernel#sleep.
+    def kernel_sleep(duration = nil)
+      suspend(duration, :sleep)
+      true
+    end
+
+    # Mutex#lock, Queue#pop, ConditionVariable#wait, Thread#join... when they must wait.
+    # @return [Boolean] false on timeout
+    def block(blocker, timeout = nil)
+      suspend(timeout, blocker) ? true : false
+    end
+
+    # Wakes a fiber parked by #block. Ruby may call this from any thread.
+    def unblock(blocker, fiber)
+      if Thread.current.equal?(@thread)
+        wake(fiber, true, blocker)
+      else
+        @foreign_lock.synchronize { @foreign_wakeups << [fiber, blocker] }
+        @selector.wakeup
+      end
+    end
+
+    # IO#wait_readable, IO#wait_writable, IO#wait, and the non-blocking retry loops of every
+    # socket method.
+    # @return [Integer, false] the ready events, or false on timeout
+    def io_wait(io, events, timeout = nil)
+      fiber = Fiber.current
+      # The fiber is parked inside the selector; transferring false into it ends that wait
+      # (io-event removes the registration on the way out).
+      timer = @timers.after(timeout) { fiber.transfer(false) } if timeout
+      @selector.io_wait(fiber, io, events)
+    ensure
+      timer&.cancel
+    end
+
+    if IO::Event::Support.buffer?
+      # IO#read, IO#write and friends go straight to the selector, which reads and writes
+      # without a separate readiness round trip when it can (and uses io_uring where built).
+      def io_read(io, buffer, length, offset = 0)
+        with_io_timeout(io) { @selector.io_read(Fiber.current, io, buffer, length, offset) }
+      end
+
+      def io_write(io, buffer, length, offset = 0)
+        with_io_timeout(io) { @selector.io_write(Fiber.current, io, buffer, length, offset) }
+      end
+    end
+
+    if RUBY_VERSION >= "3.3"
+      # Ruby 3.3 routes IO#pread/#pwrite here. File reads do not block in the readiness sense,
+      # so the work runs on a helper thread while the fiber waits.
+      def io_pread(io, buffer, from, length, offset)
+        run_blocking { buffer.pread(io, from, length, offset) }
+      end
+
+      def io_pwrite(io, buffer, from, length, offset)
+        run_blocking { buffer.pwrite(io, from, length, offset) }
+      end
+    end
+
+    if RUBY_VERSION >= "3.2"
+      # IO.select (hooked from Ruby 3.2). A multi-IO select has no single readiness to wait on
+      # in the selector, so it runs on a helper thread while the fiber waits.
+      def io_select(readables, writables, exceptables, timeout)
+        run_blocking { ::IO.select(readables, writables, exceptables, timeout) }
+      end
+    end
+
+    if RUBY_VERSION >= "3.4"
+      # Ruby 3.4 offers C extensions' blocking regions (zlib, digest, ...) to the scheduler; run
+      # them on a helper thread so the reactor keeps turning.
+      def blocking_operation_wait(work)
+        run_blocking(&work)
+      end
+    end
+
+    # Process.wait and friends; io-event waits on a pidfd, so the thread never blocks.
+    def process_wait(pid, flags)
+      @selector.process_wait(Fiber.current, pid, flags)
+    end
+
+    # Addrinfo.getaddrinfo, TCPSocket.new, Net::HTTP... for names that are not IP literals.
+    # getaddrinfo(3) runs on a helper thread, so /etc/hosts, nsswitch and IPv6 ordering behave
+    # exactly as without Weft while the reactor keeps turning. (Resolv would keep it in the
+    # reactor, but on Ruby 3.1 its IO.select blocks the whole thread.)
+    def address_resolve(hostname)
+      hostname = hostname.split("%", 2).first # an IPv6 zone id is not part of the name
+      run_blocking do
+        Addrinfo.getaddrinfo(hostname, nil, nil, :STREAM).map(&:ip_address).uniq
+      end
+    end
+
+    # Timeout.timeout, and Weft.timeout.
+    def timeout_after(duration, exception_class = TimeoutError, *message)
+      fiber = Fiber.current
+      timer = @timers.after(duration) { fiber.raise(exception_class, *message) if fiber.alive? }
+      yield duration
+    ensure
+      timer&.cancel
+    end
+
+    # Fiber.schedule: a task without a name.
+    def fiber(&block)
+      spawn(Task.current, nil, [], block).fiber
+    end
+
+    # --- Helpers -------------------------------------------------------------------------------
+
+    # Runs the block on a new thread and parks the current fiber until it is done.
+    # @return the block's value; re-raises its exception
+    def run_blocking
+      fiber = Fiber.current
+      # A blocker of its own, so that a helper finishing late (after its fiber was cancelled)
+      # cannot wake that fiber from an unrelated wait.
+      blocker = Object.new
+      outcome = nil
+      worker = Thread.new do
+        outcome = [:value, yield]
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        outcome = [:error, e]
+      ensure
+        unblock(blocker, fiber)
+      end
+      worker.report_on_exception = false
+      suspend(nil, blocker) until outcome
+      kind, result = outcome
+      raise result if kind == :error
+      result
+    ensure
+      worker&.kill unless outcome # the fiber was cancelled: the thread's result has no reader
+    end
+
+    # Counters for statistics pages and tests.
+    # @return [Hash]
+    def statistics
+      {
+        tasks: @tasks.size,
+        spawned: @spawned,
+        timers: @timers.size,
+        ready: @ready.size,
+        lag: @lag,
+        max_lag: @max_lag
+      }
+    end
+
+    # @return [Enumerable<Task>] the tasks that have not ended
+    def tasks
+      @tasks.keys
+    end
+
+    private
+
+    def start(fiber)
+      if Fiber.current.equal?(@loop_fiber)
+        fiber.transfer
+      else
+        # Queues the current fiber to continue on the loop's next turn, then enters the new one.
+        @selector.resume(fiber)
+      end
+    end
+
+    def run_ready
+      # Run only the fibers that were ready when this turn began: ones woken meanwhile wait for
+      # the next turn, after I/O has been polled, so busy fibers cannot starve the sockets.
+      @ready.size.times do
+        fiber, value = @ready.shift
+        break unless fiber
+        fiber.transfer(value) if fiber.alive?
+      end
+    end
+
+    def deliver_raises
+      raises = @raises
+      @raises = {}.compare_by_identity
+      raises.each do |fiber, exception|
+        fiber.raise(exception) if fiber.alive?
+      end
+    end
+
+    def take_foreign_wakeups
+      wakeups = @foreign_lock.synchronize do
+        taken = @foreign_wakeups
+        @foreign_wakeups = []
+        taken
+      end
+      wakeups.each { |fiber, blocker| wake(fiber, true, blocker) }
+    end
+
+    def with_io_timeout(io)
+      timeout = io.respond_to?(:timeout) ? io.timeout : nil
+      return yield unless timeout
+      timeout_after(timeout, ::IO::TimeoutError, "Blocking operation timed out!") { yield }
+    end
+
+    # Lag is how long the loop ran fibers between two polls: the longest an event that arrived
+    # meanwhile had to wait for its fiber.
+    def record_lag(busy)
+      @lag = busy
+      @max_lag = busy if busy > @max_lag
+    end
+  end
+end

@@ -1,0 +1,198 @@
+# frozen_string_literal: true
+
+require_relative "errors"
+
+module Weft
+  # A unit of concurrent work: a block running in its own fiber under the reactor.
+  #
+  # Created by Weft.spawn. A task starts at once and runs until it first waits for something;
+  # then spawn returns. It ends in one of three states: completed (with a value), failed (with
+  # an exception) or cancelled.
+  #
+  # Tasks form a tree: a task spawned inside another is its child, and cancelling a task
+  # cancels its children. When a task ends before its children, they are handed to its parent,
+  # so cancelling an ancestor still reaches them.
+  class Task
+    # The task running the current fiber, or nil outside any task.
+    # @return [Task, nil]
+    def self.current
+      Thread.current[:weft_task] # Thread#[] is fiber-local
+    end
+
+    # @return [String, nil] the name given at spawn, used in logs
+    attr_reader :name
+    # @return [Task, nil]
+    attr_reader :parent
+    # @return [Fiber]
+    attr_reader :fiber
+    # @return [Symbol] :running, :completed, :failed or :cancelled
+    attr_reader :status
+
+    # @api private: use Weft.spawn
+    def initialize(scheduler, parent, name, args, block)
+      @scheduler = scheduler
+      @parent = parent
+      @name = name
+      @status = :running
+      @value = nil
+      @error = nil
+      @children = nil
+      @observers = nil
+      @observed = false
+      @cancel_requested = false
+      parent&.adopt(self)
+      @fiber = Fiber.new(blocking: false) { run(args, block) }
+    end
+
+    # Waits for the task to end.
+    # @return the block's value, or nil if the task was cancelled
+    # @raise the task's exception, with the task's own backtrace, if it failed
+    # @raise [Weft::Error] when called from the task itself or outside its reactor
+    def wait
+      @observed = true
+      wait_until_done unless done?
+      raise @error if @status == :failed
+      @value
+    end
+
+    # Asks the task to stop: Weft::Cancelled is raised in it where it is suspended (at once, if
+    # a task cancels itself), so its ensure blocks run. Its children are cancelled too.
+    # Cancelling a task that has ended does nothing.
+    # @return [Boolean] whether a cancellation was requested by this call
+    def cancel(message = "task cancelled")
+      return false if done? || @cancel_requested
+      @cancel_requested = true
+      @children&.each_key { |child| child.cancel(message) }
+      if Fiber.current.equal?(@fiber)
+        raise Cancelled, message
+      else
+        @scheduler.raise_later(@fiber, Cancelled.new(message))
+      end
+      true
+    end
+
+    # @return [Boolean] whether the task has ended (in any state)
+    def done?
+      @status != :running
+    end
+
+    def completed?
+      @status == :completed
+    end
+
+    def failed?
+      @status == :failed
+    end
+
+    def cancelled?
+      @status == :cancelled
+    end
+
+    # @return [Exception, nil] the exception a failed task ended with (Weft::Cancelled for a
+    #   cancelled one)
+    attr_reader :error
+
+    # @return [Array<Task>] the task's children that have not ended
+    def children
+      @children ? @children.keys : []
+    end
+
+    def to_s
+      "#<#{self.class.name} #{@name || object_id} #{@status}>"
+    end
+    alias inspect to_s
+
+    # @api private: calls the block (with this task) once the task has ended, from the fiber
+    # that ended it. The block must not block. Returns a handle for #forget_observer.
+    def observe(&block)
+      @observed = true
+      (@observers ||= []) << block
+      block
+    end
+
+    # @api private
+    def forget_observer(handle)
+      @observers&.delete(handle)
+    end
+
+    # @api private
+    def adopt(child)
+      (@children ||= {}.compare_by_identity)[child] = true
+    end
+
+    # @api private
+    def disown(child)
+      @children&.delete(child)
+    end
+
+    protected
+
+    def reparent(parent)
+      @parent = parent
+    end
+
+    private
+
+    def run(args, block)
+      Thread.current[:weft_task] = self
+      value = block.call(*args)
+      finish(:completed, value, nil)
+    rescue Cancelled => e
+      finish(:cancelled, nil, e)
+    rescue SystemExit, Interrupt, SignalException
+      # Process-level signals are not a task's failure: they end the reactor (Scheduler#run).
+      finish(:cancelled, nil, nil)
+      raise
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      finish(:failed, nil, e)
+    end
+
+    def finish(status, value, error)
+      @status = status
+      @value = value
+      @error = error
+      @scheduler.task_ended(self)
+      hand_children_to_parent
+      @observers&.each { |observer| observer.call(self) }
+      report_unobserved_failure_later if status == :failed && !@observed
+    end
+
+    def hand_children_to_parent
+      @parent&.disown(self)
+      return unless @children
+      @children.each_key do |child|
+        child.reparent(@parent)
+        @parent&.adopt(child)
+      end
+      @children = nil
+    end
+
+    # Spawn runs a task at once, so a task that fails straight away has ended before its spawner
+    # had any chance to wait for it. The verdict "nobody waited" is therefore given on the loop's
+    # next turn, once the spawner has run on to its own next wait.
+    def report_unobserved_failure_later
+      @scheduler.timers.after(0) { report_unobserved_failure unless @observed }
+    end
+
+    def report_unobserved_failure
+      lines = ["task #{@name || object_id} failed and nothing waited for it: #{@error.class}: #{@error.message}"]
+      lines.concat(@error.backtrace || [])
+      Weft.logger.error(lines.join("\n\t"))
+    end
+
+    def wait_until_done
+      current = Fiber.current
+      raise Error, "a task cannot wait for itself" if current.equal?(@fiber)
+      unless Fiber.scheduler.equal?(@scheduler) && !current.blocking?
+        raise Error, "Task#wait must be called from a task in the same reactor (inside Weft.run)"
+      end
+
+      handle = observe { @scheduler.wake(current, true, self) }
+      begin
+        @scheduler.suspend(nil, self) until done?
+      ensure
+        forget_observer(handle)
+      end
+    end
+  end
+end
