@@ -8,6 +8,7 @@ require_relative "weft/task"
 require_relative "weft/scheduler"
 require_relative "weft/gather"
 require_relative "weft/semaphore"
+require_relative "weft/promise"
 
 # Weft runs ordinary blocking Ruby code concurrently under Ruby's Fiber::Scheduler.
 #
