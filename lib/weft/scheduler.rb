@@ -20,6 +20,9 @@ module Weft
   # A scheduler belongs to one thread. The only method that may be called from another thread
   # is #unblock (Ruby calls it when, say, a thread pushes to a Queue that a task is popping).
   class Scheduler
+    # What a fiber parked by Ruby itself (sleep, Mutex, Queue, ConditionVariable...) waits for.
+    RUBY_WAIT = :ruby
+
     attr_reader :selector, :timers, :loop_fiber, :thread
 
     def initialize(selector: nil)
@@ -159,18 +162,25 @@ module Weft
 
     # Kernel#sleep.
     def kernel_sleep(duration = nil)
-      suspend(duration, :sleep)
+      suspend(duration, RUBY_WAIT)
       true
     end
 
     # Mutex#lock, Queue#pop, ConditionVariable#wait, Thread#join... when they must wait.
     # @return [Boolean] false on timeout
-    def block(blocker, timeout = nil)
-      suspend(timeout, blocker) ? true : false
+    def block(_blocker, timeout = nil)
+      suspend(timeout, RUBY_WAIT) ? true : false
     end
 
-    # Wakes a fiber parked by #block. Ruby may call this from any thread.
-    def unblock(blocker, fiber)
+    # Wakes a fiber parked by #block or #kernel_sleep. Ruby may call this from any thread. The
+    # blocker Ruby passes here is not always the one it passed to #block (ConditionVariable waits
+    # arrive through #kernel_sleep), so any Ruby-level wait may be woken; Weft's own waits are not.
+    def unblock(_blocker, fiber)
+      wake_from_any_thread(fiber, RUBY_WAIT)
+    end
+
+    # #wake, callable from any thread.
+    def wake_from_any_thread(fiber, blocker)
       if Thread.current.equal?(@thread)
         wake(fiber, true, blocker)
       else
@@ -277,7 +287,7 @@ module Weft
       rescue Exception => e # rubocop:disable Lint/RescueException
         outcome = [:error, e]
       ensure
-        unblock(blocker, fiber)
+        wake_from_any_thread(fiber, blocker)
       end
       worker.report_on_exception = false
       suspend(nil, blocker) until outcome
