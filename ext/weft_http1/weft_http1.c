@@ -229,7 +229,8 @@ static void setup(VALUE self, int is_response, VALUE max_line, VALUE max_bytes, 
     lim.max_line = NIL_P(max_line) ? 0 : limit_arg(max_line, "max_request_line");
     lim.max_header_bytes = limit_arg(max_bytes, "max_header_bytes");
     lim.max_headers = limit_arg(max_headers, "max_headers");
-    if (lim.max_headers > 100000) rb_raise(rb_eArgError, "max_headers out of range");
+    /* joining repeated fields is quadratic in the field count; keep it bounded */
+    if (lim.max_headers > 1000) rb_raise(rb_eArgError, "max_headers out of range (1..1000)");
     xfree(rp->headers);
     rp->headers = ALLOC_N(h1_header, lim.max_headers);
     h1_parser_init(&rp->core, is_response, &lim, rp->headers);
