@@ -9,6 +9,7 @@ require_relative "weft/scheduler"
 require_relative "weft/gather"
 require_relative "weft/semaphore"
 require_relative "weft/promise"
+require_relative "weft/mutex_sleep_fix"
 
 # Weft runs ordinary blocking Ruby code concurrently under Ruby's Fiber::Scheduler.
 #

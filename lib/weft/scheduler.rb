@@ -38,10 +38,18 @@ module Weft
       @ready = {}.compare_by_identity
       # Exceptions to raise into suspended fibers (cancellation); delivered by the loop fiber.
       @raises = {}.compare_by_identity
-      # Wake-ups posted from other threads, handed over under a lock.
+      # Wake-ups posted from other threads, handed over under a lock and applied on the reactor
+      # thread by a small fiber of its own (see #wake_from_any_thread).
       @foreign_wakeups = []
       @foreign_lock = Thread::Mutex.new
+      @foreign_drain = Fiber.new(blocking: true) do
+        loop do
+          take_foreign_wakeups
+          @selector.transfer
+        end
+      end
       @tasks = {}.compare_by_identity
+      @unobserved = {}.compare_by_identity
       @spawned = 0
       @max_lag = 0.0
       @lag = 0.0
@@ -65,7 +73,6 @@ module Weft
     # One turn of the loop: deliver cancellations, run woken fibers, wait for I/O or the next
     # timer, fire due timers.
     def run_once
-      take_foreign_wakeups unless @foreign_wakeups.empty?
       deliver_raises unless @raises.empty?
       run_ready unless @ready.empty?
       return if @tasks.empty? # the last task just ended: do not wait for events nobody wants
@@ -82,6 +89,7 @@ module Weft
     def close
       return if @closed
       run unless @tasks.empty?
+      @unobserved.keys.each(&:call)
     ensure
       unless @closed
         @closed = true
@@ -110,6 +118,16 @@ module Weft
     # @api private: a task's fiber calls this as it ends.
     def task_ended(task)
       @tasks.delete(task)
+    end
+
+    # @api private: failures nobody observed yet, reported at the latest when the reactor closes
+    def track_unobserved(report)
+      @unobserved[report] = true
+    end
+
+    # @api private
+    def forget_unobserved(report)
+      @unobserved.delete(report)
     end
 
     # Cancels every live task; used when the reactor is torn down abnormally.
@@ -185,6 +203,10 @@ module Weft
         wake(fiber, true, blocker)
       else
         @foreign_lock.synchronize { @foreign_wakeups << [fiber, blocker] }
+        # Queueing the drain fiber in the selector is what makes this race-free: the selector
+        # looks at its ready queue immediately before it blocks, with no gap in which another
+        # thread could run, and #wakeup interrupts it if it is blocked already.
+        @selector.push(@foreign_drain)
         @selector.wakeup
       end
     end

@@ -39,6 +39,7 @@ module Weft
       @children = nil
       @observers = nil
       @observed = false
+      @failure_report = nil
       @cancel_requested = false
       parent&.adopt(self)
       @fiber = Fiber.new(blocking: false) { run(args, block) }
@@ -49,7 +50,7 @@ module Weft
     # @raise the task's exception, with the task's own backtrace, if it failed
     # @raise [Weft::Error] when called from the task itself or outside its reactor
     def wait
-      @observed = true
+      observed!
       wait_until_done unless done?
       raise @error if @status == :failed
       @value
@@ -105,9 +106,15 @@ module Weft
     # @api private: calls the block (with this task) once the task has ended, from the fiber
     # that ended it. The block must not block. Returns a handle for #forget_observer.
     def observe(&block)
-      @observed = true
+      observed!
       (@observers ||= []) << block
       block
+    end
+
+    # @api private: someone looked at the outcome, so a failure needs no report.
+    def observed!
+      @observed = true
+      @failure_report&.dismiss
     end
 
     # @api private
@@ -154,7 +161,7 @@ module Weft
       @scheduler.task_ended(self)
       hand_children_to_parent
       @observers&.each { |observer| observer.call(self) }
-      report_unobserved_failure_later if status == :failed && !@observed
+      report_if_never_observed if status == :failed && !@observed
     end
 
     def hand_children_to_parent
@@ -167,17 +174,14 @@ module Weft
       @children = nil
     end
 
-    # Spawn runs a task at once, so a task that fails straight away has ended before its spawner
-    # had any chance to wait for it. The verdict "nobody waited" is therefore given on the loop's
-    # next turn, once the spawner has run on to its own next wait.
-    def report_unobserved_failure_later
-      @scheduler.timers.after(0) { report_unobserved_failure unless @observed }
-    end
-
-    def report_unobserved_failure
-      lines = ["task #{@name || object_id} failed and nothing waited for it: #{@error.class}: #{@error.message}"]
-      lines.concat(@error.backtrace || [])
-      Weft.logger.error(lines.join("\n\t"))
+    # A failure counts as unobserved only once nobody can observe it any more: when the task
+    # object is garbage collected, or when its reactor closes. Judging earlier (say, at the end of
+    # the failing turn) would log failures that the spawner is about to wait for, since spawning
+    # other tasks first gives the loop a turn.
+    def report_if_never_observed
+      @failure_report = UnobservedFailure.new(@scheduler, self)
+      @scheduler.track_unobserved(@failure_report)
+      ObjectSpace.define_finalizer(self, @failure_report)
     end
 
     def wait_until_done
@@ -193,6 +197,34 @@ module Weft
       ensure
         forget_observer(handle)
       end
+    end
+  end
+
+  # The log line for a task failure that nobody observed, written at most once: from the task's
+  # finalizer or when the reactor closes, whichever comes first. It holds the description, never
+  # the task, so that the task can be collected.
+  class UnobservedFailure
+    def initialize(scheduler, task)
+      @scheduler = scheduler
+      error = task.error
+      @text = (["task #{task.name || task.object_id} failed and nothing waited for it: #{error.class}: #{error.message}"] +
+        (error.backtrace || [])).join("\n\t")
+      @done = false
+    end
+
+    # Writes the report unless it was written or dismissed already. Also the finalizer.
+    def call(_object_id = nil)
+      return if @done
+      @done = true
+      @scheduler.forget_unobserved(self)
+      Weft.logger.error(@text)
+    end
+
+    # The failure was observed after all: no report.
+    def dismiss
+      return if @done
+      @done = true
+      @scheduler.forget_unobserved(self)
     end
   end
 end

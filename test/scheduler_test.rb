@@ -1,0 +1,321 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "net/http"
+require "open3"
+require "rbconfig"
+
+# Plain blocking Ruby, unchanged, becomes concurrent under Weft's scheduler.
+class SchedulerTest < Minitest::Test
+  def test_a_thousand_sleeps_overlap
+    results = assert_elapsed_under(1.0) do
+      Weft.run { Weft.gather(Array.new(1000) { |i| Weft.spawn { sleep 0.5; i } }) }
+    end
+    assert_equal (0...1000).to_a, results
+  end
+
+  def test_fifty_net_http_gets_overlap
+    server = TCPServer.new("127.0.0.1", 0)
+    port = server.addr[1]
+    # A slow upstream on its own threads, outside the reactor: each answer takes 300 ms.
+    acceptor = Thread.new do
+      loop do
+        client = server.accept
+        Thread.new(client) do |socket|
+          socket.gets("\r\n\r\n")
+          sleep 0.3
+          socket.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        ensure
+          socket.close
+        end
+      end
+    rescue IOError
+      nil # closed at the end of the test
+    end
+
+    bodies = assert_elapsed_under(1.0) do
+      Weft.run do
+        Weft.map(1..50) { Net::HTTP.get(URI("http://127.0.0.1:#{port}/")) }
+      end
+    end
+    assert_equal ["ok"] * 50, bodies
+  ensure
+    server&.close
+    acceptor&.join(1)
+  end
+
+  def test_queue_hands_off_between_tasks_and_from_a_thread
+    received = Weft.run do
+      queue = Thread::Queue.new
+      consumer = Weft.spawn { Array.new(6) { queue.pop } }
+      Weft.spawn { 3.times { |i| queue << [:task, i]; sleep 0.01 } }
+      Thread.new { 3.times { |i| sleep 0.01; queue << [:thread, i] } }
+      consumer.wait
+    end
+    assert_equal [0, 1, 2], received.select { |from, _| from == :task }.map(&:last)
+    assert_equal [0, 1, 2], received.select { |from, _| from == :thread }.map(&:last)
+  end
+
+  def test_a_thread_waits_for_a_task_through_a_queue
+    queue = Thread::Queue.new
+    reply = Thread::Queue.new
+    thread = Thread.new { reply.pop } # a plain thread, blocked on the reactor's answer
+    Weft.run do
+      Weft.spawn { queue << :ping }
+      sleep 0.01
+      reply << queue.pop
+    end
+    assert_equal :ping, thread.value
+  end
+
+  def test_mutex_serialises_tasks_without_blocking_the_reactor
+    mutex = Thread::Mutex.new
+    inside = 0
+    peak = 0
+    ticks = 0
+    Weft.run do
+      ticker = Weft.spawn { loop { sleep 0.005; ticks += 1 } }
+      Weft.gather(Array.new(5) do
+        Weft.spawn do
+          mutex.synchronize do
+            inside += 1
+            peak = [peak, inside].max
+            sleep 0.02
+            inside -= 1
+          end
+        end
+      end)
+      ticker.cancel
+    end
+    assert_equal 1, peak
+    assert_operator ticks, :>=, 5, "the reactor kept running other tasks while they queued"
+  end
+
+  def test_mutex_shared_with_a_thread
+    mutex = Thread::Mutex.new
+    log = []
+    holder = Thread.new { mutex.synchronize { sleep 0.1; log << :thread } }
+    sleep 0.02
+    Weft.run { mutex.synchronize { log << :task } }
+    holder.join
+    assert_equal %i[thread task], log
+  end
+
+  def test_condition_variable_signals_a_task_from_a_task_and_from_a_thread
+    mutex = Thread::Mutex.new
+    condition = Thread::ConditionVariable.new
+    ready = []
+    Weft.run do
+      waiters = Array.new(2) do
+        Weft.spawn do
+          mutex.synchronize do
+            condition.wait(mutex) while ready.empty?
+            ready.shift
+          end
+        end
+      end
+      sleep 0.01
+      mutex.synchronize { ready << :from_task; condition.signal }
+      Thread.new { sleep 0.01; mutex.synchronize { ready << :from_thread; condition.signal } }.join
+      assert_equal %i[from_task from_thread].sort, waiters.map(&:wait).sort
+    end
+  end
+
+  def test_condition_variable_wait_times_out
+    mutex = Thread::Mutex.new
+    condition = Thread::ConditionVariable.new
+    assert_elapsed_under(1) do
+      Weft.run { mutex.synchronize { condition.wait(mutex, 0.05) } }
+    end
+  end
+
+  def test_stdlib_timeout_needs_no_thread
+    threads_before = Thread.list.size
+    error = Weft.run do
+      Timeout.timeout(0.05) do
+        assert_equal threads_before, Thread.list.size
+        sleep 2
+      end
+    rescue Timeout::Error => e
+      e
+    end
+    assert_kind_of Timeout::Error, error
+  end
+
+  def test_timeout_interrupts_a_blocking_socket_read
+    reader, writer = UNIXSocket.pair
+    result = assert_elapsed_under(1) do
+      Weft.run do
+        Timeout.timeout(0.05) { reader.read(10) }
+      rescue Timeout::Error
+        :timed_out
+      end
+    end
+    assert_equal :timed_out, result
+  ensure
+    reader&.close
+    writer&.close
+  end
+
+  def test_localhost_resolves_while_other_tasks_run
+    addresses, ticks = Weft.run do
+      ticks = 0
+      ticker = Weft.spawn { loop { sleep 0.001; ticks += 1 } }
+      found = Addrinfo.getaddrinfo("localhost", 80, nil, :STREAM).map(&:ip_address)
+      ticker.cancel
+      [found, ticks]
+    end
+    assert_includes addresses, "127.0.0.1"
+    assert_operator ticks, :>=, 0
+  end
+
+  def test_unknown_host_raises_socket_error
+    assert_raises(SocketError) do
+      Weft.run { TCPSocket.new("no-such-host.invalid", 80) }
+    end
+  end
+
+  def test_tcp_socket_connects_by_name
+    server = TCPServer.new("127.0.0.1", 0)
+    reply = Weft.run do
+      Weft.spawn { client = server.accept; client.write("hi"); client.close }
+      TCPSocket.open("localhost", server.addr[1]) { |socket| socket.read }
+    end
+    assert_equal "hi", reply
+  ensure
+    server&.close
+  end
+
+  def test_process_wait_lets_other_tasks_run
+    ticks = 0
+    status = assert_elapsed_under(2) do
+      Weft.run do
+        ticker = Weft.spawn { loop { sleep 0.01; ticks += 1 } }
+        pid = Process.spawn(RbConfig.ruby, "-e", "sleep 0.3; exit 3")
+        Process.wait(pid)
+        ticker.cancel
+        $?
+      end
+    end
+    assert_equal 3, status.exitstatus
+    assert_operator ticks, :>=, 10, "other tasks ran while the child slept"
+  end
+
+  def test_popen_and_io_read_write_through_the_selector
+    output = Weft.run do
+      IO.popen([RbConfig.ruby, "-e", "sleep 0.05; print STDIN.read.upcase"], "r+") do |io|
+        io.write("weft")
+        io.close_write
+        io.read
+      end
+    end
+    assert_equal "WEFT", output
+  end
+
+  def test_pipes_read_and_write_large_payloads_concurrently
+    payload = "x" * 1_000_000
+    received = Weft.run do
+      reader, writer = IO.pipe
+      Weft.spawn { writer.write(payload); writer.close }
+      data = reader.read
+      reader.close
+      data
+    end
+    assert_equal payload.bytesize, received.bytesize
+  end
+
+  def test_io_wait_with_timeout
+    reader, writer = IO.pipe
+    result = Weft.run { reader.wait_readable(0.05) }
+    assert_nil result
+    writer.write("!")
+    assert_equal reader, Weft.run { reader.wait_readable(1) }
+  ensure
+    reader&.close
+    writer&.close
+  end
+
+  def test_unblock_from_many_threads
+    queue = Thread::Queue.new
+    count = Weft.run do
+      consumer = Weft.spawn { Array.new(400) { queue.pop }.size }
+      Array.new(4) { Thread.new { 100.times { queue << 1 } } }.each(&:join)
+      consumer.wait
+    end
+    assert_equal 400, count
+  end
+
+  def test_statistics
+    stats = Weft.run do
+      Weft.spawn { sleep 0.01 }
+      Weft.scheduler.statistics
+    end
+    assert_equal 2, stats[:tasks]
+    assert_equal 1, stats[:timers]
+    assert_operator stats[:spawned], :>=, 2
+  end
+
+  def test_a_blocking_call_in_the_loop_fiber_is_refused
+    scheduler = Weft::Scheduler.new
+    error = assert_raises(Weft::Error) { scheduler.suspend(0.01) }
+    assert_match(/loop fiber/, error.message)
+  ensure
+    scheduler&.close
+  end
+
+  # The echo server runs in this process on the reactor; the 10,000 clients run in a child
+  # process (each side needs one descriptor per connection, and the hard limit here is 20,000).
+  def test_echo_server_holds_ten_thousand_connections
+    connections = 10_000
+    needed = connections + 200
+    soft, hard = Process.getrlimit(:NOFILE)
+    skip "needs #{needed} file descriptors per process; the hard limit is #{hard}" if hard < needed
+    Process.setrlimit(:NOFILE, [needed, hard].max, hard) if soft < needed
+
+    client_script = <<~RUBY
+      require "socket"
+      Process.setrlimit(:NOFILE, #{needed}, #{hard})
+      port = Integer(ARGV[0])
+      sockets = Array.new(#{connections}) { TCPSocket.new("127.0.0.1", port) }
+      sockets.each_with_index { |s, i| s.write("ping \#{i}\\n") }
+      ok = sockets.each_with_index.count { |s, i| s.gets == "ping \#{i}\\n" }
+      puts ok
+      STDOUT.flush
+      STDIN.read # hold every connection open until the test has counted them
+    RUBY
+
+    server = TCPServer.new("127.0.0.1", 0)
+    server.listen(4096)
+    peak = 0
+    open_connections = 0
+    echoed = nil
+    Weft.run do
+      acceptor = Weft.spawn do
+        loop do
+          client = server.accept
+          open_connections += 1
+          peak = open_connections if open_connections > peak
+          Weft.spawn do
+            while (line = client.gets)
+              client.write(line)
+            end
+          ensure
+            open_connections -= 1
+            client.close
+          end
+        end
+      end
+      Open3.popen2(RbConfig.ruby, "-e", client_script, server.addr[1].to_s) do |stdin, stdout, wait|
+        echoed = Integer(stdout.gets)
+        assert_equal connections, open_connections, "all connections are held at once"
+        stdin.close
+        wait.value
+      end
+      acceptor.cancel
+    end
+    assert_equal connections, echoed
+    assert_equal connections, peak
+  ensure
+    server&.close
+  end
+end

@@ -1,0 +1,209 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+class TaskTest < Minitest::Test
+  def test_wait_returns_the_value
+    assert_equal 3, Weft.run { Weft.spawn(1, 2) { |a, b| sleep 0.01; a + b }.wait }
+  end
+
+  def test_spawn_runs_the_task_until_it_first_waits
+    order = []
+    Weft.run do
+      Weft.spawn { order << :child_started; sleep 0.01; order << :child_done }
+      order << :spawn_returned
+    end
+    assert_equal %i[child_started spawn_returned child_done], order
+  end
+
+  def test_wait_reraises_the_task_exception_with_the_task_backtrace
+    error = Weft.run do
+      task = Weft.spawn { sleep 0.01; raise KeyError, "missing" } # line 21
+      task.wait
+    rescue KeyError => e
+      e
+    end
+    assert_equal "missing", error.message
+    assert_match(/task_test\.rb:21:/, error.backtrace.first) # where it was raised, not waited
+  end
+
+  def test_a_failure_leaves_other_tasks_undisturbed
+    log = StringIO.new
+    original = Weft.logger
+    Weft.logger = Logger.new(log)
+    results = Weft.run do
+      failing = Weft.spawn(name: "failing") { sleep 0.01; raise "boom" }
+      healthy = Array.new(5) { |i| Weft.spawn { sleep 0.05; i } }
+      sleep 0.02
+      [failing.failed?, healthy.map(&:wait)]
+    end
+    assert_equal [true, [0, 1, 2, 3, 4]], results
+    assert_equal 1, log.string.scan("task failing failed").size
+    assert_match(/task_test\.rb/, log.string) # the backtrace is in the log line
+  ensure
+    Weft.logger = original
+  end
+
+  def test_a_failure_that_is_waited_for_is_not_logged
+    log = StringIO.new
+    original = Weft.logger
+    Weft.logger = Logger.new(log)
+    Weft.run do
+      task = Weft.spawn { raise "handled" } # fails before spawn even returns
+      assert_raises(RuntimeError) { task.wait }
+    end
+    assert_empty log.string
+  ensure
+    Weft.logger = original
+  end
+
+  def test_cancel_raises_cancelled_at_the_suspension_point_and_runs_ensure
+    events = []
+    status = Weft.run do
+      task = Weft.spawn do
+        sleep 10
+        events << :not_reached
+      rescue StandardError
+        events << :rescued_as_standard_error
+      ensure
+        events << :ensure
+      end
+      sleep 0.01
+      assert task.cancel
+      assert_nil task.wait
+      task.status
+    end
+    assert_equal :cancelled, status
+    assert_equal [:ensure], events
+  end
+
+  def test_cancel_is_prompt
+    assert_elapsed_under(1) do
+      Weft.run do
+        task = Weft.spawn { sleep 30 }
+        task.cancel
+        task.wait
+      end
+    end
+  end
+
+  def test_cancelling_a_finished_task_does_nothing
+    Weft.run do
+      task = Weft.spawn { :done }
+      refute task.cancel
+      assert_equal :done, task.wait
+      assert task.completed?
+    end
+  end
+
+  def test_cancelling_cancels_descendants_even_after_their_parent_ended
+    statuses = Weft.run do
+      grandchild = nil
+      child = nil
+      parent = Weft.spawn do
+        child = Weft.spawn do
+          grandchild = Weft.spawn { sleep 10 }
+          :child_returns_early
+        end
+        sleep 10
+      end
+      sleep 0.01
+      assert child.completed?
+      assert_includes parent.children, grandchild # handed up when the child ended
+      parent.cancel
+      [parent, grandchild].each(&:wait)
+      [parent.status, grandchild.status]
+    end
+    assert_equal %i[cancelled cancelled], statuses
+  end
+
+  def test_self_cancel_raises_at_once
+    status = Weft.run do
+      task = Weft.spawn do
+        Weft::Task.current.cancel
+        :not_reached
+      end
+      task.wait
+      task.status
+    end
+    assert_equal :cancelled, status
+  end
+
+  def test_cancel_while_waiting_on_io
+    Weft.run do
+      reader, writer = IO.pipe
+      task = Weft.spawn { reader.read(1) }
+      sleep 0.01
+      task.cancel
+      task.wait
+      assert task.cancelled?
+      writer.write("x") # the cancelled read must not consume it
+      assert_equal "x", Weft.spawn { reader.read(1) }.wait
+    ensure
+      reader.close
+      writer.close
+    end
+  end
+
+  def test_a_task_cannot_wait_for_itself
+    error = Weft.run do
+      Weft.spawn { Weft::Task.current.wait }.wait
+    rescue Weft::Error => e
+      e
+    end
+    assert_match(/cannot wait for itself/, error.message)
+  end
+
+  def test_waiting_from_another_thread_is_a_clear_error
+    task = nil
+    Weft.run do
+      task = Weft.spawn { sleep 0.2 }
+      error = Thread.new { task.wait rescue $! }.value
+      assert_kind_of Weft::Error, error
+      assert_match(/same reactor/, error.message)
+    end
+  end
+
+  def test_many_waiters_on_one_task
+    results = Weft.run do
+      task = Weft.spawn { sleep 0.02; :shared }
+      Array.new(10) { Weft.spawn { task.wait } }.map(&:wait)
+    end
+    assert_equal [:shared] * 10, results
+  end
+
+  def test_current_and_names
+    Weft.run do
+      task = Weft.spawn(name: "worker") { Weft::Task.current }
+      assert_same task, task.wait
+      assert_equal "worker", task.name
+      assert_match(/worker/, task.to_s)
+    end
+    assert_nil Weft::Task.current
+  end
+
+  def test_fiber_schedule_starts_a_task
+    ran = []
+    Weft.run do
+      Fiber.schedule { sleep 0.01; ran << :scheduled }
+    end
+    assert_equal [:scheduled], ran
+  end
+
+  def test_interrupt_in_a_task_unwinds_every_task_and_leaves_run
+    cleaned = []
+    assert_raises(Interrupt) do
+      Weft.run do
+        Weft.spawn do
+          sleep 10
+        ensure
+          cleaned << :sleeper
+        end
+        Weft.spawn { sleep 0.01; raise Interrupt }
+        sleep 10
+      end
+    end
+    assert_equal [:sleeper], cleaned
+    assert_nil Fiber.scheduler
+  end
+end

@@ -1,0 +1,72 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+class TimersTest < Minitest::Test
+  def setup
+    @timers = Weft::Timers.new
+  end
+
+  def test_fires_in_deadline_order
+    fired = []
+    [0.03, 0.01, 0.02].each { |delay| @timers.after(delay) { fired << delay } }
+    sleep 0.04
+    assert_equal 3, @timers.fire
+    assert_equal [0.01, 0.02, 0.03], fired
+    assert_equal 0, @timers.size
+  end
+
+  def test_only_due_timers_fire
+    fired = []
+    @timers.after(0) { fired << :now }
+    @timers.after(10) { fired << :later }
+    @timers.fire
+    assert_equal [:now], fired
+    assert_equal 1, @timers.size
+  end
+
+  def test_cancel_removes_the_timer_at_once
+    timers = Array.new(100) { |i| @timers.after(i) {} }
+    timers.each_with_index { |timer, i| timer.cancel if i.odd? }
+    assert_equal 50, @timers.size
+    refute timers[1].active?
+    assert timers[0].active?
+    timers[1].cancel # twice is harmless
+    assert_equal 50, @timers.size
+  end
+
+  def test_heap_stays_ordered_through_random_cancels
+    random = Random.new(42)
+    fired = []
+    # Deadlines in the past, so one #fire runs every survivor; the order it runs them in is the
+    # heap's order.
+    timers = Array.new(500) do
+      timer = @timers.after(-random.rand(100.0)) { fired << timer.deadline }
+    end
+    timers.sample(250, random: random).each(&:cancel)
+    assert_equal 250, @timers.fire
+    assert_equal fired.sort, fired
+  end
+
+  def test_reschedule_moves_a_live_or_fired_timer
+    fired = 0
+    timer = @timers.after(0) { fired += 1 }
+    timer.reschedule(10)
+    @timers.fire
+    assert_equal 0, fired
+    timer.reschedule(0)
+    @timers.fire
+    assert_equal 1, fired
+    timer.reschedule(0) # re-arms a fired timer
+    @timers.fire
+    assert_equal 2, fired
+  end
+
+  def test_wait_interval
+    assert_nil @timers.wait_interval
+    @timers.after(5) {}
+    assert_in_delta 5, @timers.wait_interval, 0.1
+    @timers.after(-1) {}
+    assert_equal 0, @timers.wait_interval
+  end
+end
