@@ -1,0 +1,287 @@
+# frozen_string_literal: true
+
+require "uri"
+require_relative "../pool"
+require_relative "errors"
+require_relative "origin"
+require_relative "budget"
+require_relative "request"
+require_relative "response"
+require_relative "connection"
+require_relative "connector"
+require_relative "proxy"
+
+module Weft
+  module HTTP
+    # A persistent HTTP/1.1 client: one pool of keep-alive connections per origin, TLS with
+    # verification and session resumption, timeouts and a total deadline, gzip, opt-in
+    # redirects, proxies from the environment.
+    #
+    #   client = Weft::HTTP::Client.new("https://api.example.com", deadline: 5)
+    #   client.get("/users/1").body
+    #   client.post("/users", body: JSON.generate(user), headers: { "content-type" => "application/json" })
+    #   client.get("/export") { |response| response.each_chunk { |chunk| file.write(chunk) } }
+    #
+    # Thread- and fiber-safe: share one client. Inside Weft.run, requests made from several
+    # tasks run concurrently, each on its own connection; outside a reactor the client simply
+    # blocks the calling thread.
+    class Client
+      DEFAULTS = {
+        limit: 64, idle_timeout: 5, max_requests: 1000, max_age: nil,
+        connect_timeout: 10, read_timeout: 30, write_timeout: 30, pool_timeout: nil, deadline: nil,
+        follow: 0, decompress: true, ssl: {}, proxy: :env, headers: {}
+      }.freeze
+      REDIRECT_DRAIN_LIMIT = 65_536
+      private_constant :REDIRECT_DRAIN_LIMIT
+
+      # @return [URI::Generic, nil] the base URL relative request URLs resolve against
+      attr_reader :base_url
+
+      # @param base_url [String, URI, nil] e.g. "https://api.example.com/v1" or
+      #   "unix:///run/app.sock"; requests may then give paths ("/users")
+      # @param limit [Integer] connections per origin at most
+      # @param idle_timeout [Numeric, nil] close connections idle this long (seconds)
+      # @param max_requests [Integer, nil] requests per connection before it is replaced
+      # @param max_age [Numeric, nil] replace connections this many seconds old
+      # @param connect_timeout [Numeric, nil] DNS + connect + TLS handshake
+      # @param read_timeout [Numeric, nil] each read (waiting for the head, or for body bytes)
+      # @param write_timeout [Numeric, nil] each write
+      # @param pool_timeout [Numeric, nil] waiting for a connection when `limit` are in use
+      #   (defaults to connect_timeout)
+      # @param deadline [Numeric, nil] the whole request, redirects and retry included
+      # @param follow [Integer] redirects to follow (0: return the 3xx response)
+      # @param decompress [Boolean] send Accept-Encoding: gzip, deflate and inflate the body
+      # @param ssl [Hash] see Connector#initialize; `verify: false` disables verification
+      # @param proxy [:env, String, Proxy, nil] proxies from the environment (default), one proxy
+      #   URL for all origins, or none
+      # @param headers [Hash] fields sent with every request
+      def initialize(base_url = nil, **options)
+        unknown = options.keys - DEFAULTS.keys
+        raise ArgumentError, "unknown option(s) #{unknown.join(', ')}" unless unknown.empty?
+        @options = DEFAULTS.merge(options)
+        @base_url = base_url && parse_url(base_url)
+        @base_origin = @base_url && Origin.from_uri(@base_url)
+        @connector = Connector.new(ssl: @options[:ssl], proxy: build_proxy(@options[:proxy]))
+        @default_headers = Request.new("GET", Origin.new("http", "x", 80, nil), "/", headers: @options[:headers]).headers
+        @pools = {}
+        @pools_lock = Thread::Mutex.new
+        @closed = false
+      end
+
+      # Sends a request. Without a block, reads the whole body and returns the response. With a
+      # block, yields the response as soon as its head has arrived, so the body can be streamed
+      # (Response#each_chunk), and closes it when the block returns; the block's value is
+      # returned.
+      #
+      # @param method [String, Symbol]
+      # @param url [String, URI] absolute, or relative to the base URL
+      # @param headers [Hash, nil]
+      # @param body [String, #read, Enumerable, nil] IO-like and Enumerable bodies are streamed
+      #   (chunked unless their size is known)
+      # @param query [Hash, nil] added to the URL's query string
+      # @param options per-request overrides: connect_timeout, read_timeout, write_timeout,
+      #   pool_timeout, deadline, follow
+      # @return [Response, Object]
+      # @raise [Weft::HTTP::Error] see errors.rb for the classes
+      def request(method, url, headers: nil, body: nil, query: nil, **options)
+        raise Weft::Error, "the client is closed" if @closed
+        options = request_options(options)
+        budget = Budget.new(connect: options[:connect_timeout], read: options[:read_timeout],
+                            write: options[:write_timeout], deadline: options[:deadline],
+                            pool: options[:pool_timeout] || options[:connect_timeout])
+        request = build_request(method, url, headers, body, query)
+        response = follow_redirects(request, budget, options[:follow])
+        return response.tap(&:body) unless block_given?
+        begin
+          yield response
+        ensure
+          response.close
+        end
+      end
+
+      %w[get head delete options].each do |method|
+        define_method(method) do |url, **options, &block|
+          request(method, url, **options, &block)
+        end
+      end
+
+      %w[post put patch].each do |method|
+        define_method(method) do |url, body: nil, **options, &block|
+          request(method, url, body: body, **options, &block)
+        end
+      end
+
+      # Closes the idle connections of every origin; the client stays usable and opens new
+      # ones. (Idle connections past `idle_timeout` are closed on the next request anyway.)
+      # @return [nil]
+      def close_idle
+        pools.each(&:clear)
+        nil
+      end
+
+      # Closes every idle connection and refuses further requests. Connections in use are
+      # closed as their responses end.
+      def close
+        @closed = true
+        pools.each(&:close)
+        nil
+      end
+
+      # @return [Hash{String => Hash}] per origin, the pool's statistics (see Weft::Pool)
+      def statistics
+        @pools_lock.synchronize { @pools.to_h { |origin, pool| [origin.to_s, pool.statistics] } }
+      end
+
+      # @api private
+      # @return [OpenSSL::SSL::Session, nil] the TLS session kept for an origin
+      def tls_session(url)
+        @connector.session_for(Origin.from_uri(parse_url(url)))
+      end
+
+      private
+
+      def request_options(options)
+        allowed = %i[connect_timeout read_timeout write_timeout pool_timeout deadline follow]
+        unknown = options.keys - allowed
+        raise ArgumentError, "unknown request option(s) #{unknown.join(', ')}" unless unknown.empty?
+        @options.merge(options)
+      end
+
+      def build_request(method, url, headers, body, query)
+        origin, target = resolve(url)
+        if query && !query.empty?
+          separator = target.include?("?") ? "&" : "?"
+          target = "#{target}#{separator}#{URI.encode_www_form(query)}"
+        end
+        headers = headers ? @default_headers + Request.new("GET", origin, "/", headers: headers).headers : @default_headers
+        Request.new(method, origin, target, headers: headers, body: body)
+      end
+
+      # @return [Array(Origin, String)] the origin and the request target for a URL
+      def resolve(url)
+        text = url.to_s
+        if text.start_with?("/") || !text.match?(%r{\A[a-z][a-z0-9+.-]*:}i)
+          raise ArgumentError, "relative URL #{text.inspect} needs a client with a base URL" unless @base_url
+          base_path = @base_origin.unix? ? "/" : @base_url.path
+          target = text.start_with?("/") ? text : File.join(base_path.empty? ? "/" : base_path, text)
+          return [@base_origin, target]
+        end
+        uri = parse_url(url)
+        origin = Origin.from_uri(uri)
+        raise ArgumentError, "give unix origins as the base URL, and paths per request" if origin.unix?
+        target = uri.path.empty? ? "/" : uri.path
+        target += "?#{uri.query}" if uri.query
+        [origin, target]
+      end
+
+      def parse_url(url)
+        url.is_a?(URI::Generic) ? url : URI.parse(url.to_s)
+      rescue URI::InvalidURIError => e
+        raise ArgumentError, "invalid URL #{url.inspect}: #{e.message}"
+      end
+
+      def follow_redirects(request, budget, follow)
+        redirects = 0
+        loop do
+          response = perform(request, budget)
+          return response unless follow.positive? && response.redirect?
+          if redirects >= follow
+            response.close
+            raise TooManyRedirects, "more than #{follow} redirects, the last from #{request.url} to #{response['location']}"
+          end
+          following = request.redirect(response.status, response["location"])
+          return response unless following # a streamed body cannot be sent again
+          drain(response)
+          request = following
+          redirects += 1
+        end
+      end
+
+      # Reads a small redirect body so the connection can be reused; a large one is abandoned.
+      def drain(response)
+        read = 0
+        response.each_chunk do |chunk|
+          read += chunk.bytesize
+          break if read > REDIRECT_DRAIN_LIMIT
+        end
+      ensure
+        response.close
+      end
+
+      # Sends one request and reads its head; retries once on a fresh connection when a reused
+      # one turns out to have been closed by the server while idle (idempotent requests only).
+      def perform(request, budget)
+        retried = false
+        begin
+          pool = pool_for(request.origin)
+          connection = checkout(pool, request.origin, budget)
+          exchange(pool, connection, request, budget)
+        rescue Connection::Stale => e
+          raise ConnectionReset, e.message if retried || !request.retryable?
+          retried = true
+          request.rewind
+          retry
+        end
+      end
+
+      def exchange(pool, connection, request, budget)
+        connection.write_request(request, budget, extra_headers(request))
+        head = connection.read_head(request.method, budget)
+        finish = lambda do |complete|
+          if complete && connection.reusable? && !pool.closed?
+            pool.checkin(connection)
+          else
+            pool.discard(connection)
+          end
+        end
+        reader = -> { connection.read_body(budget) }
+        response = Response.new(head, request, reader, finish, decode: @options[:decompress] && !request["accept-encoding"])
+        response.body if head.framing == :none # nothing to read: the connection is free at once
+        response
+      rescue Exception # rubocop:disable Lint/RescueException
+        pool.discard(connection)
+        raise
+      end
+
+      def extra_headers(request)
+        extra = []
+        extra << ["User-Agent", Request::USER_AGENT] unless request["user-agent"]
+        extra << ["Accept-Encoding", "gzip, deflate"] if @options[:decompress] && !request["accept-encoding"]
+        extra
+      end
+
+      def checkout(pool, origin, budget)
+        seconds, error = budget.limit(:pool)
+        raise error, "deadline exceeded before a connection to #{origin} was free" if seconds && seconds <= 0
+        pool.checkout(budget, timeout: seconds)
+      rescue Weft::Pool::TimeoutError
+        raise error, "no connection to #{origin} free within #{seconds.round(3)}s (limit #{pool.limit} per origin)"
+      rescue Weft::Pool::ClosedError
+        raise Weft::Error, "the client is closed"
+      end
+
+      def pool_for(origin)
+        @pools_lock.synchronize do
+          @pools[origin] ||= Weft::Pool.new(
+            limit: @options[:limit], idle_timeout: @options[:idle_timeout], max_uses: @options[:max_requests],
+            max_age: @options[:max_age], check: :healthy?.to_proc, close: :close.to_proc
+          ) { |budget| @connector.open(origin, budget) }
+        end
+      end
+
+      def pools
+        @pools_lock.synchronize { @pools.values }
+      end
+
+      def build_proxy(option)
+        case option
+        when :env then Proxy.from_env
+        when nil, false then nil
+        when Proxy then option
+        when String, URI::Generic then Proxy.new(http: option.to_s, https: option.to_s)
+        else raise ArgumentError, "proxy: must be :env, a URL, a Weft::HTTP::Proxy or nil"
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,259 @@
+# frozen_string_literal: true
+
+require "socket"
+require "openssl"
+require_relative "../http1/parser"
+require_relative "errors"
+
+module Weft
+  module HTTP
+    # One HTTP/1.1 connection (TCP, TLS or unix socket) and the protocol state of the exchange
+    # running on it: it writes a request, parses the response head with the server's parser
+    # (Weft::HTTP1::ResponseParser) and hands out the body in pieces.
+    #
+    # All I/O is non-blocking with waits bounded by the request's Budget, so it behaves the
+    # same in a reactor (the wait parks the fiber) and in a plain thread.
+    class Connection
+      READ_SIZE = 65_536
+      # A response head; `framing` is :none, :length, :chunked or :close.
+      Head = Struct.new(:status, :reason, :version, :headers, :keep_alive, :framing, :length)
+
+      # Raised when a connection that served earlier requests fails before any byte of the
+      # response arrived: the peer closed it while idle. The client may send the request again.
+      class Stale < ConnectionReset; end
+
+      # @return [Origin]
+      attr_reader :origin
+      # @return [Integer] requests sent on this connection
+      attr_reader :requests
+
+      # @param socket [Socket, OpenSSL::SSL::SSLSocket] connected (and handshaken)
+      # @param origin [Origin]
+      # @param proxied [Boolean] requests go to an HTTP proxy (absolute-form targets)
+      # @param proxy_headers [Array<Array(String, String)>] fields for the proxy (credentials)
+      def initialize(socket, origin, proxied: false, proxy_headers: [])
+        @socket = socket
+        @io = socket.to_io
+        @origin = origin
+        @proxied = proxied
+        @proxy_headers = proxy_headers
+        @parser = HTTP1::ResponseParser.new
+        @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+        @requests = 0
+        @state = :idle
+        @closed = false
+      end
+
+      # @return [Boolean]
+      def reused?
+        @requests > 1
+      end
+
+      # @return [Boolean] whether the connection may carry another request: idle, open, the last
+      #   response allowed keep-alive and nothing unexpected is buffered
+      def reusable?
+        @state == :idle && !@closed && @keep_alive && @buffer.empty?
+      end
+
+      # A cheap check made before an idle connection is reused: the peer has not closed it or
+      # sent anything unasked for. Peeks at the kernel socket without blocking or consuming.
+      def healthy?
+        return false unless reusable?
+        @io.recv_nonblock(1, Socket::MSG_PEEK, exception: false) == :wait_readable
+      rescue StandardError
+        false
+      end
+
+      # Sends a request: head and body.
+      # @param request [Request]
+      # @param budget [Budget]
+      # @param extra [Array<Array(String, String)>] fields the client adds
+      def write_request(request, budget, extra)
+        raise Error, "connection busy (#{@state})" unless @state == :idle
+        @requests += 1
+        @state = :writing
+        @received = false
+        extra += @proxy_headers if @proxied
+        head = request.head(absolute: @proxied, extra: extra)
+        length = request.body_length
+        if length && length <= 16_384 && request.body.is_a?(String)
+          write(head + request.body, budget) # one segment for the common small request
+        elsif length
+          write(head, budget)
+          request.each_body_piece { |piece| write(piece, budget) }
+        else
+          write(head, budget)
+          request.each_body_piece { |piece| write("#{piece.bytesize.to_s(16)}\r\n#{piece}\r\n", budget) }
+          write("0\r\n\r\n", budget)
+        end
+        @state = :sent
+      end
+
+      # Reads the response head, skipping interim (1xx) responses.
+      # @param method [String] the request's method (HEAD responses have no body)
+      # @return [Head]
+      def read_head(method, budget)
+        loop do
+          until (count = parse_head)
+            fill(budget) or raise closed_error("before the response head was complete")
+          end
+          @buffer = @buffer.byteslice(count, @buffer.bytesize - count)
+          status = @parser.status
+          next if status >= 100 && status < 200 && status != 101
+
+          return start_body(method, status)
+        end
+      end
+
+      # Returns the next piece of the body, or nil once it is complete.
+      # @return [String, nil]
+      def read_body(budget)
+        case @framing
+        when :length then read_length(budget)
+        when :chunked then read_chunked(budget)
+        when :close then read_until_close(budget)
+        else finish_body
+        end
+      end
+
+      # Closes the socket (for TLS without waiting for the peer's close_notify).
+      def close
+        return if @closed
+        @closed = true
+        @state = :closed
+        @socket.close
+      rescue StandardError
+        nil
+      end
+
+      # @return [Boolean]
+      def closed?
+        @closed
+      end
+
+      private
+
+      def parse_head
+        @parser.parse(@buffer)
+      rescue HTTP1::ParseError => e
+        raise MalformedResponse, "malformed response from #{@origin}: #{e.message}"
+      end
+
+      def start_body(method, status)
+        @keep_alive = @parser.keep_alive?
+        length = @parser.content_length
+        framing =
+          if method == "HEAD" || status == 204 || status == 304 || (status == 101)
+            :none
+          elsif @parser.chunked?
+            @decoder ||= HTTP1::ChunkedDecoder.new
+            @decoder.reset
+            :chunked
+          elsif length
+            @remaining = length
+            :length
+          else
+            @keep_alive = false # the body ends when the server closes the connection
+            :close
+          end
+        @framing = framing
+        @state = :body
+        Head.new(status, @parser.reason, @parser.http_minor, @parser.headers, @keep_alive, framing, length)
+      end
+
+      def read_length(budget)
+        return finish_body if @remaining.zero?
+        if @buffer.empty?
+          piece = read_socket([@remaining, READ_SIZE].min, budget)
+          raise closed_error("after #{@parser.content_length - @remaining} of #{@parser.content_length} body bytes") unless piece
+        elsif @buffer.bytesize <= @remaining
+          piece = @buffer
+          @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+        else
+          piece = @buffer.byteslice(0, @remaining)
+          @buffer = @buffer.byteslice(@remaining, @buffer.bytesize - @remaining)
+        end
+        @remaining -= piece.bytesize
+        piece
+      end
+
+      def read_chunked(budget)
+        output = String.new(encoding: Encoding::BINARY)
+        loop do
+          done = begin
+            @decoder.decode(@buffer, output)
+          rescue HTTP1::ParseError => e
+            raise MalformedResponse, "malformed chunked body from #{@origin}: #{e.message}"
+          end
+          if done
+            @framing = :none
+            return output.empty? ? finish_body : output
+          end
+          return output unless output.empty?
+          fill(budget) or raise closed_error("in the middle of a chunked body")
+        end
+      end
+
+      def read_until_close(budget)
+        unless @buffer.empty?
+          piece = @buffer
+          @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+          return piece
+        end
+        read_socket(READ_SIZE, budget) || finish_body
+      end
+
+      def finish_body
+        @framing = nil
+        @state = :idle
+        nil
+      end
+
+      # Appends what the socket has to the buffer.
+      # @return [Integer, nil] bytes read, nil at end of stream
+      def fill(budget)
+        piece = read_socket(READ_SIZE, budget)
+        return nil unless piece
+        @buffer << piece
+        piece.bytesize
+      end
+
+      # @return [String, nil] up to `size` bytes, nil at end of stream
+      def read_socket(size, budget)
+        loop do
+          case (piece = @socket.read_nonblock(size, exception: false))
+          when :wait_readable then budget.wait(@io, :read)
+          when :wait_writable then budget.wait(@io, :read, writable: true) # TLS renegotiation
+          else
+            @received = true if piece
+            return piece
+          end
+        end
+      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ECONNABORTED, Errno::ETIMEDOUT, OpenSSL::SSL::SSLError, IOError => e
+        raise closed_error("(#{e.class}: #{e.message})")
+      end
+
+      def write(data, budget)
+        until data.empty?
+          case (written = @socket.write_nonblock(data, exception: false))
+          when :wait_writable then budget.wait(@io, :write)
+          when :wait_readable then budget.wait(@io, :write, writable: false)
+          else data = data.byteslice(written, data.bytesize - written)
+          end
+        end
+      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ECONNABORTED, Errno::ETIMEDOUT, OpenSSL::SSL::SSLError, IOError => e
+        raise closed_error("while sending the request (#{e.class}: #{e.message})")
+      end
+
+      # The error for a connection that ended early: Stale (retryable) when a reused
+      # connection failed before the response began, ConnectionReset otherwise.
+      def closed_error(detail)
+        if reused? && !@received && @state != :body
+          Stale.new("#{@origin} closed a reused keep-alive connection #{detail}")
+        else
+          ConnectionReset.new("#{@origin} closed the connection #{detail}")
+        end
+      end
+    end
+  end
+end

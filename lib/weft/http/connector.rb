@@ -1,0 +1,239 @@
+# frozen_string_literal: true
+
+require "socket"
+require "openssl"
+require_relative "../http1/parser"
+require_relative "errors"
+require_relative "connection"
+
+module Weft
+  module HTTP
+    # Opens connections: DNS, TCP or unix connect, HTTP proxy tunnels and the TLS handshake,
+    # all within the request's connect timeout. Keeps the TLS context and, per origin, the
+    # last TLS session so that new connections resume it (an abbreviated handshake).
+    class Connector
+      # An SSLSocket that knows which origin's session cache its new sessions belong to.
+      class TLSSocket < OpenSSL::SSL::SSLSocket
+        attr_accessor :session_key
+      end
+
+      REFUSED = [Errno::ECONNREFUSED, Errno::ENOENT].freeze
+      UNREACHABLE = [Errno::EHOSTUNREACH, Errno::ENETUNREACH, Errno::EADDRNOTAVAIL, Errno::ECONNRESET,
+                     Errno::ETIMEDOUT, Errno::EACCES, Errno::ENOTSOCK].freeze
+
+      # @param ssl [Hash] TLS options: verify (default true), ca_file, ca_path, cert_store, cert,
+      #   key, min_version, max_version, ciphers, verify_hostname (default true)
+      # @param proxy [Proxy, nil] where to find the proxy for an origin
+      def initialize(ssl: {}, proxy: nil)
+        @ssl = ssl || {}
+        @verify = @ssl.fetch(:verify, true) && @ssl[:verify_mode] != OpenSSL::SSL::VERIFY_NONE
+        @proxy = proxy
+        @sessions = {}
+        @sessions_lock = Thread::Mutex.new
+        @tls_context = nil
+      end
+
+      # Opens a connection to `origin` (through its proxy, if any).
+      # @return [Connection]
+      def open(origin, budget)
+        budget.start_connect
+        proxy = @proxy&.for(origin)
+        return open_unix(origin, budget) if origin.unix?
+        return open_tcp_direct(origin, budget) unless proxy
+
+        socket = tcp(proxy.host, proxy.port, budget)
+        begin
+          if origin.tls?
+            tunnel(socket, origin, proxy, budget)
+            Connection.new(handshake(socket, origin, budget), origin)
+          else
+            Connection.new(socket, origin, proxied: true, proxy_headers: proxy.headers)
+          end
+        rescue Exception # rubocop:disable Lint/RescueException
+          socket.close
+          raise
+        end
+      end
+
+      # @return [OpenSSL::SSL::Session, nil] the session kept for resuming TLS to `origin`
+      def session_for(origin)
+        @sessions_lock.synchronize { @sessions[origin.to_s] }
+      end
+
+      private
+
+      def open_tcp_direct(origin, budget)
+        socket = tcp(origin.host, origin.port, budget)
+        return Connection.new(socket, origin) unless origin.tls?
+        begin
+          Connection.new(handshake(socket, origin, budget), origin)
+        rescue Exception # rubocop:disable Lint/RescueException
+          socket.close
+          raise
+        end
+      end
+
+      def open_unix(origin, budget)
+        socket = Socket.new(:UNIX, :STREAM)
+        connect(socket, Socket.sockaddr_un(origin.socket_path), budget)
+        Connection.new(socket, origin)
+      rescue *REFUSED => e
+        socket&.close
+        raise ConnectionRefused, "nothing listens on unix socket #{origin.socket_path} (#{e.message})"
+      rescue Exception # rubocop:disable Lint/RescueException
+        socket&.close
+        raise
+      end
+
+      # Connects to the first of the host's addresses that accepts, in resolver order.
+      def tcp(host, port, budget)
+        last_error = nil
+        resolve(host, port, budget).each do |address|
+          socket = Socket.new(address.afamily, :STREAM)
+          begin
+            connect(socket, address, budget)
+            socket.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
+            return socket
+          rescue *REFUSED, *UNREACHABLE => e
+            socket.close
+            last_error = e
+          rescue Exception # rubocop:disable Lint/RescueException
+            socket.close
+            raise
+          end
+        end
+        if REFUSED.include?(last_error.class)
+          raise ConnectionRefused, "connection refused by #{host}:#{port}"
+        end
+        raise ConnectionError, "cannot connect to #{host}:#{port}: #{last_error.message}"
+      end
+
+      def connect(socket, address, budget)
+        return if socket.connect_nonblock(address, exception: false) == 0
+        budget.wait(socket, :connect, writable: true)
+        socket.connect_nonblock(address, exception: false)
+      rescue Errno::EISCONN
+        nil
+      end
+
+      def resolve(host, port, budget)
+        return [Addrinfo.tcp(host, port)] if ip_literal?(host)
+        budget.within(:connect) do |seconds|
+          if seconds && !Weft.running?
+            Addrinfo.getaddrinfo(host, port, nil, :STREAM, timeout: seconds)
+          else
+            Addrinfo.getaddrinfo(host, port, nil, :STREAM)
+          end
+        end
+      rescue SocketError => e
+        raise DNSError, "cannot resolve #{host}: #{e.message}" unless e.message.match?(/timed? ?out/i)
+        _, error = budget.limit(:connect)
+        raise error, "resolving #{host} timed out"
+      end
+
+      def ip_literal?(host)
+        IPAddr.new(host)
+        true
+      rescue IPAddr::Error
+        false
+      end
+
+      # Asks an HTTP proxy for a tunnel to `origin` (CONNECT), for TLS end to end.
+      def tunnel(socket, origin, proxy, budget)
+        head = +"CONNECT #{origin.authority} HTTP/1.1\r\nHost: #{origin.authority}\r\n"
+        proxy.headers.each { |name, value| head << "#{name}: #{value}\r\n" }
+        head << "\r\n"
+        until head.empty?
+          written = socket.write_nonblock(head, exception: false)
+          written == :wait_writable ? budget.wait(socket, :connect, writable: true) : head = head.byteslice(written..)
+        end
+        parser = HTTP1::ResponseParser.new
+        buffer = String.new(encoding: Encoding::BINARY)
+        until parser.parse(buffer)
+          piece = socket.read_nonblock(4096, exception: false)
+          case piece
+          when :wait_readable then budget.wait(socket, :connect)
+          when nil then raise ProxyError, "proxy #{proxy.host}:#{proxy.port} closed the connection during CONNECT"
+          else buffer << piece
+          end
+        end
+        return if parser.status == 200
+        raise ProxyError, "proxy #{proxy.host}:#{proxy.port} refused CONNECT #{origin.authority}: #{parser.status} #{parser.reason}"
+      rescue HTTP1::ParseError => e
+        raise ProxyError, "malformed answer from proxy to CONNECT: #{e.message}"
+      end
+
+      def handshake(socket, origin, budget)
+        ssl = TLSSocket.new(socket, tls_context)
+        ssl.sync_close = true
+        ssl.session_key = origin.to_s
+        ssl.hostname = origin.host unless origin.ip? # SNI, and the name verified during the handshake
+        session = session_for(origin)
+        ssl.session = session if session
+        loop do
+          case ssl.connect_nonblock(exception: false)
+          when :wait_readable then budget.wait(socket, :connect)
+          when :wait_writable then budget.wait(socket, :connect, writable: true)
+          else break
+          end
+        end
+        ssl.post_connection_check(origin.host) if @verify && @ssl.fetch(:verify_hostname, true)
+        ssl
+      rescue OpenSSL::SSL::SSLError => e
+        verify_result = ssl&.verify_result
+        if @verify && (verify_result && verify_result != OpenSSL::X509::V_OK || e.message.include?("hostname"))
+          reason = verify_result && verify_result != OpenSSL::X509::V_OK ? verify_error_string(verify_result) : e.message
+          raise TLSVerificationError, "TLS certificate of #{origin} did not verify: #{reason}"
+        end
+        raise TLSError, "TLS handshake with #{origin} failed: #{e.message}"
+      rescue Errno::ECONNRESET, Errno::EPIPE, EOFError => e
+        raise TLSError, "TLS handshake with #{origin} failed: #{e.class}: #{e.message}"
+      end
+
+      def verify_error_string(code)
+        name = OpenSSL::X509.constants.find do |const|
+          const.to_s.start_with?("V_ERR_") && OpenSSL::X509.const_get(const) == code
+        end
+        name ? "#{name.to_s.delete_prefix('V_ERR_').downcase.tr('_', ' ')} (#{code})" : "error #{code}"
+      end
+
+      def tls_context
+        @tls_context ||= build_tls_context
+      end
+
+      def build_tls_context
+        context = OpenSSL::SSL::SSLContext.new
+        params = { verify_mode: @verify ? OpenSSL::SSL::VERIFY_PEER : OpenSSL::SSL::VERIFY_NONE,
+                   verify_hostname: @verify && @ssl.fetch(:verify_hostname, true) }
+        params[:cert_store] = cert_store if @verify
+        %i[cert key min_version max_version ciphers].each { |key| params[key] = @ssl[key] if @ssl[key] }
+        params[:cert] = OpenSSL::X509::Certificate.new(File.read(@ssl[:client_cert_file])) if @ssl[:client_cert_file]
+        params[:key] = OpenSSL::PKey.read(File.read(@ssl[:client_key_file])) if @ssl[:client_key_file]
+        context.set_params(params)
+        # Keep each new session (TLS 1.3 sends its tickets after the handshake) for the origin.
+        context.session_cache_mode = OpenSSL::SSL::SSLContext::SESSION_CACHE_CLIENT |
+                                     OpenSSL::SSL::SSLContext::SESSION_CACHE_NO_INTERNAL_STORE
+        sessions = @sessions
+        lock = @sessions_lock
+        context.session_new_cb = lambda do |(socket, session)|
+          key = socket.respond_to?(:session_key) && socket.session_key
+          lock.synchronize { sessions[key] = session } if key
+        end
+        context.setup # freezes it: one context is shared by every connection of the client
+        context
+      end
+
+      def cert_store
+        return @ssl[:cert_store] if @ssl[:cert_store]
+        store = OpenSSL::X509::Store.new
+        if @ssl[:ca_file] || @ssl[:ca_path]
+          store.add_file(@ssl[:ca_file]) if @ssl[:ca_file]
+          store.add_path(@ssl[:ca_path]) if @ssl[:ca_path]
+        else
+          store.set_default_paths
+        end
+        store
+      end
+    end
+  end
+end

@@ -1,0 +1,182 @@
+# frozen_string_literal: true
+
+require "uri"
+require_relative "origin"
+require_relative "../version"
+
+module Weft
+  module HTTP
+    # One request as the client sends it: method, URL, header fields and an optional body.
+    #
+    # A body is a String, an IO-like object (anything with #read(length)) or an Enumerable of
+    # Strings. Its length is sent as Content-Length when known (a String, a File, a StringIO,
+    # anything with #size); otherwise it goes out with chunked transfer coding.
+    class Request
+      IDEMPOTENT = %w[GET HEAD PUT DELETE OPTIONS TRACE].freeze
+      # Fields a redirect to another origin must not carry along (credentials for the first one).
+      CREDENTIALS = %w[authorization cookie proxy-authorization].freeze
+      # Fields describing a body, dropped when a redirect turns the request into a bodiless GET.
+      BODY_FIELDS = %w[content-length content-type content-encoding transfer-encoding].freeze
+      USER_AGENT = "weft/#{Weft::VERSION}"
+
+      # @return [String] upper case
+      attr_reader :method
+      # @return [URI::Generic] the absolute URL (for unix origins: unix:///socket with #target)
+      attr_reader :uri
+      # @return [Origin]
+      attr_reader :origin
+      # @return [String] path and query, as on the request line
+      attr_reader :target
+      # @return [Array<Array(String, String)>] field name/value pairs as given
+      attr_reader :headers
+      # @return [String, #read, Enumerable, nil]
+      attr_reader :body
+
+      # @param method [String, Symbol]
+      # @param origin [Origin]
+      # @param target [String] path and query
+      # @param headers [Hash, Array<Array>, nil]
+      # @param body [String, #read, Enumerable, nil]
+      def initialize(method, origin, target, headers: nil, body: nil)
+        @method = method.to_s.upcase
+        raise ArgumentError, "invalid HTTP method #{method.inspect}" unless @method.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Z]+\z/)
+        raise ArgumentError, "invalid request target #{target.inspect}" unless target.start_with?("/") && !target.match?(/[\s\x00-\x1f\x7f]/)
+        @origin = origin
+        @target = target
+        @headers = normalize_headers(headers)
+        @body = body
+        @body_start = body.respond_to?(:pos) ? safe_pos(body) : nil
+      end
+
+      # @return [String] the URL, for messages and redirects
+      def url
+        @origin.unix? ? "#{@origin}#{@target}" : "#{@origin}#{@target}"
+      end
+
+      # @return [String, nil] the value of a field the caller set (case-insensitive)
+      def [](name)
+        name = name.downcase
+        pair = @headers.find { |key, _| key.downcase == name }
+        pair && pair[1]
+      end
+
+      # Whether the request may be sent again after a stale connection failed it: the method is
+      # idempotent and the body can be replayed.
+      def retryable?
+        IDEMPOTENT.include?(@method) && replayable?
+      end
+
+      # @return [Boolean] whether the body can be sent a second time
+      def replayable?
+        @body.nil? || @body.is_a?(String) || @body.is_a?(Array) || (!@body_start.nil? && @body.respond_to?(:seek))
+      end
+
+      # Puts an IO body back to where it started, before sending the request again.
+      def rewind
+        @body.seek(@body_start) if @body_start && @body.respond_to?(:seek)
+      end
+
+      # The head as sent on the wire.
+      # @param absolute [Boolean] use the absolute URL as the target (requests to a proxy)
+      # @param extra [Array<Array(String, String)>] fields added by the client (defaults)
+      # @return [String] binary, through the blank line
+      def head(absolute: false, extra: [])
+        target = absolute ? "#{@origin}#{@target}" : @target
+        head = +"#{@method} #{target} HTTP/1.1\r\n"
+        head << "Host: #{@origin.host_header}\r\n" unless self["host"]
+        (@headers + extra).each { |name, value| head << name << ": " << value << "\r\n" }
+        if (length = body_length)
+          head << "Content-Length: #{length}\r\n" unless self["content-length"] || (length.zero? && !sends_empty_length?)
+        elsif @body
+          head << "Transfer-Encoding: chunked\r\n" unless self["transfer-encoding"]
+        end
+        head << "\r\n"
+        head.force_encoding(Encoding::BINARY)
+      end
+
+      # @return [Integer, nil] the body's length if known up front (0 without a body)
+      def body_length
+        return 0 if @body.nil?
+        return @body.bytesize if @body.is_a?(String)
+        return Integer(self["content-length"]) if self["content-length"]
+        return @body.sum(&:bytesize) if @body.is_a?(Array)
+        return @body.size - (@body_start || 0) if @body.respond_to?(:read) && @body.respond_to?(:size) && @body.size
+        nil
+      rescue StandardError
+        nil
+      end
+
+      # Yields the body in pieces of at most `size` bytes.
+      def each_body_piece(size = 65_536, &block)
+        case @body
+        when nil then nil
+        when String then yield @body unless @body.empty?
+        else
+          if @body.respond_to?(:read)
+            buffer = String.new(capacity: size)
+            while @body.read(size, buffer)
+              yield buffer unless buffer.empty?
+            end
+          else
+            @body.each { |piece| yield piece.to_s unless piece.to_s.empty? }
+          end
+        end
+      end
+
+      # The request to send after a redirect to `location`, or nil when it cannot be followed
+      # (a body that cannot be replayed for 307/308).
+      # @param status [Integer]
+      # @param location [String]
+      # @return [Request, nil]
+      def redirect(status, location)
+        uri = URI.join(url_for_join, location)
+        origin = uri.scheme == "unix" || location.start_with?("/") && @origin.unix? ? @origin : Origin.from_uri(uri)
+        target = uri.path.empty? ? "/" : uri.path
+        target += "?#{uri.query}" if uri.query
+        method = @method
+        body = @body
+        headers = @headers
+        if status == 303 && method != "HEAD" || [301, 302].include?(status) && method == "POST"
+          method = "GET"
+          body = nil
+          headers = headers.reject { |name, _| BODY_FIELDS.include?(name.downcase) }
+        elsif body && !replayable?
+          return nil
+        end
+        rewind if body
+        headers = headers.reject { |name, _| CREDENTIALS.include?(name.downcase) } unless origin == @origin
+        headers = headers.reject { |name, _| name.casecmp?("host") }
+        Request.new(method, origin, target, headers: headers, body: body)
+      end
+
+      private
+
+      # Bodiless requests of methods that normally carry one still say "Content-Length: 0", as
+      # some servers (and proxies) answer 411 otherwise.
+      def sends_empty_length?
+        %w[POST PUT PATCH].include?(@method) || !@body.nil?
+      end
+
+      def url_for_join
+        @origin.unix? ? "http://localhost#{@target}" : url
+      end
+
+      def normalize_headers(headers)
+        return [] if headers.nil?
+        headers.map do |name, value|
+          name = name.to_s
+          value = value.is_a?(Array) ? value.join(", ") : value.to_s
+          raise ArgumentError, "invalid header field name #{name.inspect}" unless name.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/)
+          raise ArgumentError, "invalid value for header #{name}: #{value.inspect}" if value.match?(/[\r\n\x00]/)
+          [name, value]
+        end
+      end
+
+      def safe_pos(io)
+        io.pos
+      rescue StandardError
+        nil
+      end
+    end
+  end
+end

@@ -1,0 +1,297 @@
+# frozen_string_literal: true
+
+require_relative "errors"
+require_relative "timers"
+
+module Weft
+  # A bounded pool of reusable resources (connections, sessions, workers) handed out one holder
+  # at a time. Core: any component may build on it (the HTTP client keeps one per origin).
+  #
+  #   pool = Weft::Pool.new(limit: 10, idle_timeout: 30) { TCPSocket.new(host, port) }
+  #   pool.with { |socket| socket.write(ping) }
+  #
+  # * Exclusive checkout, at most `limit` resources alive at once; callers beyond that wait up
+  #   to `timeout` seconds and then get Weft::Pool::TimeoutError.
+  # * Resources are created lazily, outside the pool's lock (so a slow connect does not hold
+  #   up other callers), and reused most-recently-used first, so surplus ones go idle and
+  #   expire after `idle_timeout`.
+  # * A resource is retired after `max_uses` checkouts or `max_age` seconds, when a holder
+  #   reports it broken (#discard, or an exception escaping #with), or when the optional
+  #   `check` callback rejects it at checkout.
+  # * Fork safety: a child process never receives its parent's resources (sockets shared
+  #   across processes interleave their bytes); it starts with an empty pool and leaves the
+  #   inherited ones for the parent to close.
+  #
+  # Waiting uses Thread::Mutex and Thread::ConditionVariable, which Ruby routes through the
+  # fiber scheduler: one pool serves tasks inside a reactor and plain threads alike.
+  class Pool
+    # Raised when no resource became free within the checkout timeout.
+    class TimeoutError < Weft::TimeoutError; end
+
+    # Raised by #checkout on a pool that was closed.
+    class ClosedError < Weft::Error; end
+
+    # Bookkeeping for one live resource.
+    Entry = Struct.new(:resource, :created_at, :used_at, :uses)
+    private_constant :Entry
+
+    # @return [Integer] the most resources alive at once
+    attr_reader :limit
+
+    # @param limit [Integer] the most resources alive at once
+    # @param timeout [Numeric, nil] default seconds #checkout waits for a free resource (nil:
+    #   forever)
+    # @param idle_timeout [Numeric, nil] retire a resource unused for this long
+    # @param max_uses [Integer, nil] retire a resource after this many checkouts
+    # @param max_age [Numeric, nil] retire a resource this many seconds after its creation
+    # @param check [#call, nil] called with an idle resource before it is handed out; a falsy
+    #   answer retires it (e.g. a socket the peer has closed)
+    # @param close [#call, nil] called with each resource the pool retires
+    # @yieldparam args what the caller passed to #checkout / #with
+    # @yieldreturn a new resource, created when the pool needs one
+    def initialize(limit:, timeout: nil, idle_timeout: nil, max_uses: nil, max_age: nil, check: nil, close: nil,
+                   &create)
+      raise ArgumentError, "Weft::Pool.new needs a block that creates a resource" unless create
+      raise ArgumentError, "limit must be a positive Integer" unless limit.is_a?(Integer) && limit.positive?
+      @limit = limit
+      @timeout = timeout
+      @idle_timeout = idle_timeout
+      @max_uses = max_uses
+      @max_age = max_age
+      @check = check
+      @close = close
+      @create = create
+      reset_state
+    end
+
+    # Runs the block with a checked-out resource and checks it back in afterwards. If the block
+    # raises, the resource is retired instead: its state is unknown (a half-written request, a
+    # transaction left open).
+    # @param args passed to the create block if a new resource is needed
+    # @param timeout [Numeric, nil] seconds to wait for a free resource (defaults to the pool's)
+    # @return the block's value
+    def with(*args, timeout: @timeout)
+      resource = checkout(*args, timeout: timeout)
+      begin
+        value = yield resource
+      rescue Exception # rubocop:disable Lint/RescueException
+        discard(resource)
+        raise
+      end
+      checkin(resource)
+      value
+    end
+
+    # Takes a resource for the caller's exclusive use, creating one if none is idle and the
+    # limit allows, or waiting for one to be returned.
+    # @param args passed to the create block if a new resource is needed (e.g. the caller's
+    #   deadline for opening a connection)
+    # @param timeout [Numeric, nil] seconds to wait at most (defaults to the pool's)
+    # @return the resource; hand it back with #checkin or #discard
+    # @raise [TimeoutError] when none became free in time
+    # @raise [ClosedError] when the pool was closed
+    def checkout(*args, timeout: @timeout)
+      deadline = timeout && Timers.now + timeout
+      loop do
+        entry, retired = take_or_reserve(deadline, timeout)
+        retired.each { |stale| close_resource(stale) }
+        return entry.resource if entry && usable?(entry)
+        next if entry # the check rejected it: try again
+
+        return create_resource(args)
+      end
+    end
+
+    # Returns a resource to the pool for the next holder (or retires it if it is due).
+    # @return [nil]
+    def checkin(resource)
+      retire = false
+      @mutex.synchronize do
+        entry = @busy.delete(resource)
+        raise Error, "checkin of a resource that is not checked out from this pool" unless entry
+        now = Timers.now
+        entry.used_at = now
+        if @closed || worn_out?(entry, now)
+          retire = true
+          @size -= 1
+        else
+          @idle.push(entry)
+        end
+        @available.signal
+      end
+      close_resource(resource) if retire
+      nil
+    end
+
+    # Retires a checked-out resource that is broken or in an unknown state; its slot becomes
+    # free at once.
+    # @return [nil]
+    def discard(resource)
+      @mutex.synchronize do
+        next unless @busy.delete(resource)
+        @size -= 1
+        @discarded += 1
+        @available.signal
+      end
+      close_resource(resource)
+      nil
+    end
+
+    # Retires idle resources past their idle timeout or age. Checkout and checkin prune too;
+    # call this from a periodic task to close idle resources of a pool nobody is using.
+    # @return [Integer] how many were retired
+    def prune
+      retired = @mutex.synchronize { take_expired(Timers.now) }
+      retired.each { |resource| close_resource(resource) }
+      retired.size
+    end
+
+    # Retires every idle resource; the pool stays usable and creates new ones on demand.
+    # @return [Integer] how many were retired
+    def clear
+      retired = @mutex.synchronize do
+        idle = @idle.map(&:resource)
+        @size -= idle.size
+        @idle.clear
+        @available.broadcast
+        idle
+      end
+      retired.each { |resource| close_resource(resource) }
+      retired.size
+    end
+
+    # Retires every idle resource and makes later checkouts fail; resources still checked out
+    # are retired when they come back.
+    # @return [nil]
+    def close
+      @mutex.synchronize { @closed = true }
+      clear
+      nil
+    end
+
+    # @return [Boolean]
+    def closed?
+      @closed
+    end
+
+    # Counters for statistics pages and tests.
+    # @return [Hash] size (alive), idle, busy, waiting, limit, created, retired, discarded
+    #   (retired because broken), checkouts, timeouts (checkouts that gave up)
+    def statistics
+      @mutex.synchronize do
+        {
+          size: @size, idle: @idle.size, busy: @busy.size, waiting: @waiting, limit: @limit,
+          created: @created, retired: @retired, discarded: @discarded, checkouts: @checkouts, timeouts: @timeouts
+        }
+      end
+    end
+
+    private
+
+    def reset_state
+      @pid = Process.pid
+      @mutex = Thread::Mutex.new
+      @available = Thread::ConditionVariable.new
+      @idle = [] # Entries, most recently used last
+      @busy = {}.compare_by_identity # resource => Entry
+      @size = 0 # idle + busy + being created
+      @waiting = 0
+      @closed = false
+      @created = @retired = @discarded = @checkouts = @timeouts = 0
+    end
+
+    # Under the lock: pops an idle entry (marking it busy) or reserves a slot for a new
+    # resource (returning nil), waiting while neither is possible.
+    # @return [Array(Entry or nil, Array)] the entry, and expired resources to close
+    def take_or_reserve(deadline, timeout)
+      forget_parent_resources if Process.pid != @pid
+      @mutex.synchronize do
+        raise ClosedError, "the pool is closed" if @closed
+        retired = take_expired(Timers.now)
+        until (entry = @idle.pop) || @size < @limit
+          remaining = deadline && deadline - Timers.now
+          if remaining && remaining <= 0
+            @timeouts += 1
+            raise TimeoutError, "no resource free in the pool within #{timeout}s (limit #{@limit})"
+          end
+          @waiting += 1
+          begin
+            @available.wait(@mutex, remaining)
+          ensure
+            @waiting -= 1
+          end
+          raise ClosedError, "the pool is closed" if @closed
+        end
+        @checkouts += 1
+        if entry
+          entry.uses += 1
+          @busy[entry.resource] = entry
+        else
+          @size += 1
+        end
+        [entry, retired]
+      end
+    end
+
+    # Runs the check outside the lock; a rejected entry is retired.
+    def usable?(entry)
+      return true unless @check
+      ok = begin
+        @check.call(entry.resource)
+      rescue StandardError
+        false
+      end
+      discard(entry.resource) unless ok
+      ok
+    end
+
+    def create_resource(args)
+      resource = @create.call(*args)
+    rescue Exception # rubocop:disable Lint/RescueException
+      @mutex.synchronize do
+        @size -= 1
+        @available.signal
+      end
+      raise
+    else
+      now = Timers.now
+      @mutex.synchronize do
+        @created += 1
+        @busy[resource] = Entry.new(resource, now, now, 1)
+      end
+      resource
+    end
+
+    # Under the lock: removes idle entries past their idle timeout or age.
+    def take_expired(now)
+      return [] if @idle.empty? || (@idle_timeout.nil? && @max_age.nil?)
+      expired, @idle = @idle.partition { |entry| expired?(entry, now) }
+      @size -= expired.size
+      @available.broadcast unless expired.empty?
+      expired.map(&:resource)
+    end
+
+    def expired?(entry, now)
+      (@idle_timeout && now - entry.used_at >= @idle_timeout) || (@max_age && now - entry.created_at >= @max_age)
+    end
+
+    def worn_out?(entry, now)
+      (@max_uses && entry.uses >= @max_uses) || (@max_age && now - entry.created_at >= @max_age)
+    end
+
+    def close_resource(resource)
+      @mutex.synchronize { @retired += 1 }
+      @close&.call(resource)
+    rescue StandardError => e
+      Weft.logger.warn("Weft::Pool: closing a resource failed: #{e.class}: #{e.message}") if defined?(Weft.logger)
+    end
+
+    # In a forked child the inherited resources belong to the parent (a socket shared by two
+    # processes interleaves their bytes), so the child forgets them without closing them.
+    def forget_parent_resources
+      limit = @limit
+      reset_state
+      @limit = limit
+    end
+  end
+end

@@ -1,0 +1,192 @@
+# frozen_string_literal: true
+
+require "socket"
+require "openssl"
+require "tmpdir"
+require "weft/http1/parser"
+
+module Weft
+  module Test
+    # Small HTTP/1.1 servers for the client's tests: a thread per connection, keep-alive, a
+    # handler per request, counters to assert connection reuse, and raw mode for servers that
+    # misbehave on purpose. Independent of Weft's own server.
+    class HTTPServer
+      Request = Struct.new(:method, :path, :query, :env, :body, :connection_id)
+
+      # @return [Integer] connections accepted
+      attr_reader :connections
+      # @return [Array<Request>] every request received, in order
+      attr_reader :requests
+      attr_reader :port, :path
+
+      # @param tls [OpenSSL::SSL::SSLContext, nil]
+      # @param unix [String, nil] listen on this unix socket path instead of TCP
+      # @param raw [Boolean] the handler gets each accepted socket (and the connection number)
+      #   and does what it likes with it
+      # @yield [Request] and returns [status, headers, body]; body a String or an Array
+      #   (sent chunked); headers may include "connection" => "close"
+      def initialize(tls: nil, unix: nil, raw: false, &handler)
+        @handler = handler
+        @raw = raw
+        @tls = tls
+        @connections = 0
+        @requests = []
+        @lock = Mutex.new
+        @threads = []
+        @clients = []
+        if unix
+          @path = unix
+          @server = UNIXServer.new(unix)
+        else
+          @server = TCPServer.new("127.0.0.1", 0)
+          @port = @server.addr[1]
+        end
+        @acceptor = Thread.new { accept_loop }
+        @acceptor.report_on_exception = false
+      end
+
+      def url(path = "")
+        scheme = @tls ? "https" : "http"
+        @path ? "unix://#{@path}" : "#{scheme}://127.0.0.1:#{@port}#{path}"
+      end
+
+      def close
+        @server.close rescue nil
+        @acceptor.kill
+        @lock.synchronize { @clients.each { |c| c.close rescue nil } }
+        @threads.each { |t| t.kill; t.join(1) }
+      end
+
+      private
+
+      def accept_loop
+        loop do
+          socket = @server.accept
+          id = @lock.synchronize { @connections += 1 }
+          thread = Thread.new { serve(socket, id) }
+          thread.report_on_exception = false
+          @lock.synchronize { @threads << thread; @clients << socket }
+        end
+      rescue IOError, Errno::EBADF
+        nil
+      end
+
+      def serve(socket, id)
+        if @tls
+          ssl = OpenSSL::SSL::SSLSocket.new(socket, @tls)
+          ssl.sync_close = true
+          begin
+            ssl.accept
+          rescue OpenSSL::SSL::SSLError, Errno::ECONNRESET
+            return socket.close
+          end
+          socket = ssl
+        end
+        return @handler.call(socket, id) if @raw
+        serve_http(socket, id)
+      rescue IOError, Errno::ECONNRESET, Errno::EPIPE, OpenSSL::SSL::SSLError
+        nil
+      ensure
+        socket.close rescue nil
+      end
+
+      def serve_http(socket, id)
+        parser = Weft::HTTP1::RequestParser.new
+        buffer = String.new(encoding: Encoding::BINARY)
+        loop do
+          env = {}
+          until (count = parser.parse(buffer, env))
+            chunk = socket.readpartial(65_536) rescue return
+            buffer << chunk
+          end
+          buffer = buffer.byteslice(count..)
+          body = String.new(encoding: Encoding::BINARY)
+          if parser.chunked?
+            decoder = Weft::HTTP1::ChunkedDecoder.new
+            until decoder.decode(buffer, body)
+              buffer << socket.readpartial(65_536)
+            end
+          elsif (length = parser.content_length)
+            buffer << socket.readpartial(65_536) while buffer.bytesize < length
+            body = buffer.byteslice(0, length)
+            buffer = buffer.byteslice(length..)
+          end
+          request = Request.new(env["REQUEST_METHOD"], env["PATH_INFO"], env["QUERY_STRING"], env, body, id)
+          @lock.synchronize { @requests << request }
+          status, headers, payload = @handler.call(request)
+          headers = headers.transform_keys(&:downcase)
+          close = headers["connection"] == "close" || !parser.keep_alive?
+          write_response(socket, request, status, headers, payload)
+          break if close
+        end
+      end
+
+      def write_response(socket, request, status, headers, payload)
+        head = +"HTTP/1.1 #{status} X\r\n"
+        chunked = payload.is_a?(Array)
+        headers.each { |name, value| head << "#{name}: #{value}\r\n" }
+        unless headers.key?("content-length") || [204, 304].include?(status)
+          head << (chunked ? "transfer-encoding: chunked\r\n" : "content-length: #{payload.to_s.bytesize}\r\n")
+        end
+        head << "\r\n"
+        socket.write(head)
+        return if request.method == "HEAD"
+        if chunked
+          payload.each do |piece|
+            socket.write("#{piece.bytesize.to_s(16)}\r\n#{piece}\r\n")
+            socket.flush
+          end
+          socket.write("0\r\n\r\n")
+        else
+          socket.write(payload.to_s)
+        end
+      end
+    end
+
+    # A throwaway certificate authority and a server certificate for 127.0.0.1 and localhost.
+    module TestCerts
+      module_function
+
+      def generate(dir = Dir.mktmpdir("weft-tls"))
+        ca_key = OpenSSL::PKey::EC.generate("prime256v1")
+        ca = certificate("CN=Weft Test CA", ca_key, ca_key, nil, ca: true)
+        key = OpenSSL::PKey::EC.generate("prime256v1")
+        cert = certificate("CN=localhost", key, ca_key, ca, san: "DNS:localhost,IP:127.0.0.1")
+        ca_file = File.join(dir, "ca.pem")
+        File.write(ca_file, ca.to_pem)
+        { ca_file: ca_file, ca: ca, cert: cert, key: key, dir: dir }
+      end
+
+      def server_context(certs)
+        context = OpenSSL::SSL::SSLContext.new
+        context.cert = certs[:cert]
+        context.key = certs[:key]
+        context.session_id_context = "weft-test"
+        context
+      end
+
+      def certificate(subject, key, issuer_key, issuer, ca: false, san: nil)
+        cert = OpenSSL::X509::Certificate.new
+        cert.version = 2
+        cert.serial = rand(1 << 64)
+        cert.subject = OpenSSL::X509::Name.parse(subject)
+        cert.issuer = issuer ? issuer.subject : cert.subject
+        cert.public_key = key
+        cert.not_before = Time.now - 60
+        cert.not_after = Time.now + 3600
+        extensions = OpenSSL::X509::ExtensionFactory.new
+        extensions.subject_certificate = cert
+        extensions.issuer_certificate = issuer || cert
+        if ca
+          cert.add_extension(extensions.create_extension("basicConstraints", "CA:TRUE", true))
+          cert.add_extension(extensions.create_extension("keyUsage", "keyCertSign,cRLSign", true))
+        else
+          cert.add_extension(extensions.create_extension("subjectAltName", san))
+          cert.add_extension(extensions.create_extension("extendedKeyUsage", "serverAuth"))
+        end
+        cert.sign(issuer_key, OpenSSL::Digest.new("SHA256"))
+        cert
+      end
+    end
+  end
+end
