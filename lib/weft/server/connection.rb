@@ -1,0 +1,297 @@
+# frozen_string_literal: true
+
+require "stringio"
+require "openssl"
+require "weft/http1/parser"
+require_relative "request_body"
+require_relative "response_writer"
+
+module Weft
+  class Server
+    # One accepted client connection: reads requests off it, runs the app for each, writes the
+    # responses in order, and between requests parks itself in the IdlePool so that an idle
+    # keep-alive connection holds no fiber.
+    #
+    # A Connection runs in at most one task at a time: the task that reads and answers requests
+    # until none is buffered, then ends after parking the connection.
+    class Connection
+      # The client went away or broke the connection (EOF, reset, broken pipe).
+      class ClientGone < StandardError; end
+      # The client took too long; answered with 408 when nothing was sent yet.
+      class ClientTimeout < StandardError; end
+
+      READ_SIZE = 16_384
+      CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"
+
+      # @return [Boolean] @api private, for IdlePool
+      attr_accessor :registered_with_epoll
+      # @return [String] the peer address for REMOTE_ADDR and the access log
+      attr_reader :remote_addr
+      # @return [Integer] requests answered on this connection
+      attr_reader :requests
+      # @return [Server]
+      attr_reader :server
+      # @return [Listener]
+      attr_reader :listener
+
+      # @param server [Server]
+      # @param socket [Socket] the accepted socket
+      # @param listener [Listener] where it was accepted
+      def initialize(server, socket, listener)
+        @server = server
+        @socket = socket
+        @io = socket # becomes the SSLSocket after an SSL handshake
+        @listener = listener
+        @remote_addr = listener.remote_addr(socket)
+        @buffer = String.new(encoding: Encoding::BINARY)
+        @parser = server.new_parser
+        @requests = 0
+        @registered_with_epoll = false
+        @closed = false
+        @detached = false
+        @handshaken = !listener.ssl?
+      end
+
+      # @return [Hash] env entries shared by every request on this connection
+      def env_template
+        @env_template ||= @server.env_template(@listener, @remote_addr)
+      end
+
+      # @return [#call] rack.hijack (full hijack)
+      def hijack_proc
+        @hijack_proc ||= method(:hijack)
+      end
+
+      # @return [IO] the socket the IdlePool watches
+      def to_io
+        @socket
+      end
+
+      # @return [Boolean]
+      def closed?
+        @closed
+      end
+
+      # Starts serving a newly accepted connection (in its own task).
+      def start
+        handshake unless @handshaken
+        serve(@server.config[:first_data_timeout])
+      end
+
+      # Called by the IdlePool in a new task once the parked socket is readable.
+      def resume
+        serve(@server.config[:idle_timeout])
+      end
+
+      # Called by the IdlePool from the loop fiber when a parked connection stayed silent past
+      # its timeout: keep-alive connections are simply closed (RFC 9112 §9.5). Must not block.
+      def idle_expired
+        close
+      end
+
+      # Closes the socket (idempotent, never raises, never blocks).
+      def close
+        return if @closed
+        @closed = true
+        begin
+          @io.close unless @io.closed?
+          @socket.close unless @socket.closed?
+        rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
+          nil
+        end
+        @server.connection_closed(self)
+      end
+
+      # Hands the socket to the application (full hijack): the server forgets it.
+      # @return [IO]
+      def hijack
+        @detached = true
+        @server.connection_detached(self)
+        @io
+      end
+
+      # @return [Boolean] whether the app took the socket (hijack or streaming body)
+      def detached?
+        @detached
+      end
+
+      # @api private: bytes received beyond the current request (for a hijacked stream).
+      def take_buffered
+        data = @buffer
+        @buffer = String.new(encoding: Encoding::BINARY)
+        data
+      end
+
+      # --- I/O primitives used by RequestBody, ResponseWriter and Stream ----------------------
+
+      # Appends at least one byte from the socket to `into`, waiting at most `timeout` seconds.
+      # @raise [ClientTimeout, ClientGone]
+      def read_some(into, timeout)
+        loop do
+          data = @io.read_nonblock(READ_SIZE, exception: false)
+          case data
+          when String
+            into << data
+            return into
+          when :wait_readable
+            raise ClientTimeout, "no data within #{timeout}s" unless @socket.wait_readable(timeout)
+          when :wait_writable # SSL renegotiation
+            raise ClientTimeout, "no progress within #{timeout}s" unless @socket.wait_writable(timeout)
+          when nil
+            raise ClientGone, "end of stream"
+          end
+        end
+      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ENOTCONN, IOError, OpenSSL::SSL::SSLError => e
+        raise ClientGone, e.message
+      end
+
+      # Writes all of `data`, waiting at most write_timeout for the client to take each part.
+      # @raise [ClientTimeout, ClientGone]
+      def write(data)
+        timeout = @server.config[:write_timeout]
+        while data.bytesize.positive?
+          written = @io.write_nonblock(data, exception: false)
+          case written
+          when Integer
+            return if written == data.bytesize
+            data = data.byteslice(written, data.bytesize - written)
+          when :wait_writable
+            raise ClientTimeout, "client took no output for #{timeout}s" unless @socket.wait_writable(timeout)
+          when :wait_readable
+            raise ClientTimeout, "client took no output for #{timeout}s" unless @socket.wait_readable(timeout)
+          end
+        end
+      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ENOTCONN, IOError, OpenSSL::SSL::SSLError => e
+        raise ClientGone, e.message
+      end
+
+      private
+
+      # The request loop. Runs while requests are buffered or arrive without delay, then parks.
+      def serve(wait_timeout)
+        return unless read_available(wait_timeout)
+        loop do
+          keep_alive = serve_one
+          return close unless keep_alive
+          return if @detached
+          next unless @buffer.empty? # pipelined requests are answered in order
+          return unless read_available(@server.config[:idle_timeout])
+        end
+      rescue ClientGone, ClientTimeout
+        close
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        close
+        raise if e.is_a?(Cancelled) || !e.is_a?(StandardError)
+        @server.log_error("connection #{@remote_addr}", e)
+      end
+
+      # Makes sure the buffer holds something, reading what the socket has without waiting. When
+      # nothing is there the connection is parked (no fiber) and false returned.
+      def read_available(park_timeout)
+        return true unless @buffer.empty?
+        return true if fill_now
+        if @server.stopping?
+          close
+        else
+          @server.idle_pool.park(self, park_timeout)
+        end
+        false
+      end
+
+      # @return [Boolean] whether bytes arrived; raises ClientGone at EOF
+      def fill_now
+        data = @io.read_nonblock(READ_SIZE, exception: false)
+        case data
+        when String
+          @buffer.empty? ? @buffer = data : @buffer << data
+          true
+        when nil then raise ClientGone, "end of stream"
+        else false
+        end
+      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ENOTCONN, IOError, OpenSSL::SSL::SSLError => e
+        raise ClientGone, e.message
+      end
+
+      # Reads, runs and answers one request. @return [Boolean] whether to keep the connection
+      def serve_one
+        env = read_head or return false
+        @requests += 1
+        keep_alive = @parser.keep_alive? && @requests < @server.config[:max_requests_per_connection]
+        if (input = read_body(env)).nil?
+          return false # answered with an error already
+        end
+        env[RACK_INPUT] = input
+        @server.call_app(self, env, keep_alive)
+      end
+
+      # @return [Hash, nil] the env with the head parsed, or nil after answering an error
+      def read_head
+        env = @server.new_env(self)
+        deadline = nil
+        until (length = @parser.parse(@buffer, env))
+          deadline ||= Timers.now + @server.config[:header_timeout]
+          remaining = deadline - Timers.now
+          raise ClientTimeout, "request head not complete" if remaining <= 0
+          read_some(@buffer, remaining)
+        end
+        @buffer = length == @buffer.bytesize ? String.new(encoding: Encoding::BINARY) : @buffer.byteslice(length, @buffer.bytesize - length)
+        env
+      rescue HTTP1::ParseError => e
+        @server.statistics.parse_error!
+        answer_error(e.status, e.message)
+        nil
+      rescue ClientTimeout
+        # Slowloris: only answer a client that sent part of a head.
+        answer_error(408, "request head not received in time") unless @buffer.empty?
+        raise
+      end
+
+      # @return [IO, nil] rack.input, or nil after answering an error
+      def read_body(env)
+        RequestBody.read(self, @parser, @buffer, @server.config) { write(CONTINUE) }
+      rescue RequestBody::TooLarge => e
+        answer_error(413, e.message)
+        nil
+      rescue HTTP1::ParseError => e
+        @server.statistics.parse_error!
+        answer_error(e.status, e.message)
+        nil
+      rescue ClientTimeout
+        answer_error(408, "request body not received in time")
+        raise
+      end
+
+      # Sends a short error response and marks the connection for closing.
+      def answer_error(status, message)
+        @server.statistics.client_error!
+        ResponseWriter.write_error(self, status, message)
+      rescue ClientGone, ClientTimeout
+        nil
+      end
+
+      def handshake
+        ssl = OpenSSL::SSL::SSLSocket.new(@socket, @listener.ssl_context)
+        ssl.sync_close = true
+        deadline = Timers.now + @server.config[:header_timeout]
+        loop do
+          case ssl.accept_nonblock(exception: false)
+          when :wait_readable then wait_handshake(:wait_readable, deadline)
+          when :wait_writable then wait_handshake(:wait_writable, deadline)
+          else break
+          end
+        end
+        @io = ssl
+        @handshaken = true
+      rescue OpenSSL::SSL::SSLError, SystemCallError, IOError => e
+        raise ClientGone, "TLS handshake failed: #{e.message}"
+      end
+
+      def wait_handshake(kind, deadline)
+        remaining = deadline - Timers.now
+        raise ClientTimeout, "TLS handshake not complete" unless remaining.positive? && @socket.public_send(kind, remaining)
+      end
+
+      RACK_INPUT = "rack.input"
+    end
+  end
+end

@@ -1,0 +1,131 @@
+# frozen_string_literal: true
+
+require "socket"
+require "uri"
+
+module Weft
+  class Server
+    # A listening socket made from a bind URL, and what a connection needs to know about it.
+    #
+    #   tcp://HOST:PORT                         (HOST may be an IPv6 literal in brackets)
+    #   unix:///path/to.sock
+    #   ssl://HOST:PORT?cert=PATH&key=PATH      TLS over TCP
+    #
+    # Sockets are created by the master (or the single process) and inherited by forked workers
+    # and, across a hot restart, by the re-executed master (fd numbers passed in WEFT_LISTEN_FDS).
+    class Listener
+      # @return [String] the URL it was made from
+      attr_reader :url
+      # @return [Socket] the listening socket
+      attr_reader :socket
+      # @return [OpenSSL::SSL::SSLContext, nil]
+      attr_reader :ssl_context
+
+      # Binds and listens.
+      def self.bind(url, backlog: 1024)
+        uri = URI.parse(url)
+        case uri.scheme
+        when "tcp", "ssl", "http", "https"
+          host = (uri.hostname.nil? || uri.hostname.empty?) ? "0.0.0.0" : uri.hostname
+          socket = Socket.new(host.include?(":") ? :INET6 : :INET, :STREAM)
+          socket.setsockopt(:SOCKET, :REUSEADDR, true)
+          socket.bind(Addrinfo.tcp(host, uri.port || 9292))
+        when "unix"
+          path = uri.path.to_s.empty? ? uri.opaque.to_s : uri.path
+          File.unlink(path) if File.socket?(path)
+          socket = Socket.new(:UNIX, :STREAM)
+          socket.bind(Addrinfo.unix(path))
+        else
+          raise ArgumentError, "unsupported bind URL #{url.inspect} (tcp://, unix:// or ssl://)"
+        end
+        socket.listen(backlog)
+        new(url, socket)
+      end
+
+      # Wraps an inherited listening descriptor (hot restart).
+      def self.inherit(url, fd)
+        new(url, Socket.for_fd(fd))
+      end
+
+      def initialize(url, socket)
+        @url = url
+        @socket = socket
+        @socket.close_on_exec = false # kept across a hot restart's exec
+        @uri = URI.parse(url)
+        @unix = @uri.scheme == "unix"
+        @ssl_context = ssl? ? build_ssl_context : nil
+        @scheme = ssl? ? "https" : "http"
+        address = socket.local_address
+        @port = @unix ? "0" : address.ip_port.to_s
+        @host = @unix ? "localhost" : address.ip_address
+      end
+
+      # @return [Boolean]
+      def ssl?
+        %w[ssl https].include?(@uri.scheme)
+      end
+
+      # @return [String] rack.url_scheme
+      attr_reader :scheme
+      # @return [String] the bound port ("0" for a Unix socket), the SERVER_PORT fallback
+      attr_reader :port
+      # @return [String] the bound address, the SERVER_NAME fallback
+      attr_reader :host
+
+      # @return [String] the URL with the port actually bound (useful with port 0)
+      def bound_url
+        return @url if @unix
+        host = @host.include?(":") ? "[#{@host}]" : @host
+        "#{@uri.scheme}://#{host}:#{@port}"
+      end
+
+      # @return [Array(Socket, Addrinfo), nil] an accepted connection, or nil if none is waiting
+      def accept_nonblock
+        socket, = @socket.accept_nonblock(exception: false)
+        return nil if socket == :wait_readable
+        socket.setsockopt(:TCP, :NODELAY, true) unless @unix
+        socket
+      end
+
+      # @return [String] REMOTE_ADDR for an accepted socket
+      def remote_addr(socket)
+        return "127.0.0.1" if @unix # Rack has no address for a Unix peer; Puma does the same
+        socket.remote_address.ip_address
+      rescue SystemCallError
+        "0.0.0.0"
+      end
+
+      # Stops listening (workers close their copy when they stop accepting).
+      def close
+        @socket.close unless @socket.closed?
+      end
+
+      # Removes a Unix socket's file (master only, at final exit).
+      def unlink
+        return unless @unix
+        path = @uri.path.to_s.empty? ? @uri.opaque.to_s : @uri.path
+        File.unlink(path) if File.socket?(path)
+      rescue SystemCallError
+        nil
+      end
+
+      private
+
+      def build_ssl_context
+        require "openssl"
+        params = URI.decode_www_form(@uri.query.to_s).to_h
+        cert = params["cert"] or raise ArgumentError, "#{@url}: ssl:// needs ?cert=PATH&key=PATH"
+        key = params["key"] or raise ArgumentError, "#{@url}: ssl:// needs ?cert=PATH&key=PATH"
+        context = OpenSSL::SSL::SSLContext.new
+        chain = File.read(cert).scan(/-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----/m)
+        context.cert = OpenSSL::X509::Certificate.new(chain.shift)
+        context.extra_chain_cert = chain.map { |pem| OpenSSL::X509::Certificate.new(pem) } unless chain.empty?
+        context.key = OpenSSL::PKey.read(File.read(key))
+        context.min_version = OpenSSL::SSL::TLS1_2_VERSION
+        context.alpn_protocols = ["http/1.1"]
+        context.freeze
+        context
+      end
+    end
+  end
+end

@@ -1,0 +1,124 @@
+# frozen_string_literal: true
+
+require "stringio"
+require "tempfile"
+
+module Weft
+  class Server
+    # Reads a request body (Content-Length or chunked) off the connection into what becomes
+    # rack.input: a StringIO while small, a temp file past `spool_threshold`, so a large upload
+    # is never held whole in memory.
+    #
+    # The body is read completely before the app runs (as Puma and Unicorn do): the app then
+    # gets a rewindable input that never blocks on a slow client, and the body timeout and size
+    # limit are enforced by the server, not wherever the app happens to read.
+    module RequestBody
+      # The body is larger than max_body_bytes (413).
+      class TooLarge < StandardError; end
+
+      EMPTY = "".b.freeze
+
+      module_function
+
+      # @param connection [Connection] for read_some
+      # @param parser [HTTP1::RequestParser] the parsed head
+      # @param buffer [String] bytes after the head; the body's bytes are removed from it
+      # @yield when the client waits for 100 Continue and the body must be read
+      # @return [StringIO, Tempfile]
+      def read(connection, parser, buffer, config)
+        length = parser.content_length
+        chunked = parser.chunked?
+        return StringIO.new(EMPTY) if !chunked && (length.nil? || length.zero?)
+
+        limit = config[:max_body_bytes]
+        raise TooLarge, "body of #{length} bytes is over the limit of #{limit}" if length && length > limit
+        yield if parser.expect_continue? && buffer.empty?
+
+        if chunked
+          read_chunked(connection, buffer, config, limit)
+        else
+          read_length(connection, buffer, config, length)
+        end
+      end
+
+      def read_length(connection, buffer, config, length)
+        if buffer.bytesize >= length
+          body = buffer.byteslice(0, length)
+          buffer.replace(buffer.byteslice(length, buffer.bytesize - length))
+          return StringIO.new(body)
+        end
+
+        sink = Sink.new(config[:spool_threshold])
+        sink << buffer
+        buffer.clear
+        chunk = String.new(encoding: Encoding::BINARY)
+        timeout = config[:body_timeout]
+        while sink.size < length
+          connection.read_some(chunk, timeout)
+          missing = length - sink.size
+          if chunk.bytesize > missing # the next pipelined request began
+            buffer << chunk.byteslice(missing, chunk.bytesize - missing)
+            chunk = chunk.byteslice(0, missing)
+          end
+          sink << chunk
+          chunk.clear
+        end
+        sink.input
+      end
+
+      def read_chunked(connection, buffer, config, limit)
+        decoder = HTTP1::ChunkedDecoder.new
+        sink = Sink.new(config[:spool_threshold])
+        decoded = String.new(encoding: Encoding::BINARY)
+        timeout = config[:body_timeout]
+        loop do
+          done = decoder.decode(buffer, decoded)
+          sink << decoded
+          decoded.clear
+          raise TooLarge, "chunked body over the limit of #{limit} bytes" if sink.size > limit
+          break if done
+          connection.read_some(buffer, timeout)
+        end
+        sink.input
+      end
+
+      # Collects body bytes in memory, moving them to a temp file once past a threshold.
+      class Sink
+        attr_reader :size
+
+        def initialize(threshold)
+          @threshold = threshold
+          @size = 0
+          @string = String.new(encoding: Encoding::BINARY)
+          @file = nil
+        end
+
+        def <<(data)
+          return self if data.empty?
+          @size += data.bytesize
+          if @file
+            @file.write(data)
+          elsif @size > @threshold
+            @file = Tempfile.new("weft-body")
+            @file.binmode
+            @file.unlink # nothing to clean up if the process dies
+            @file.write(@string)
+            @file.write(data)
+            @string = nil
+          else
+            @string << data
+          end
+          self
+        end
+
+        # @return [StringIO, File] rewound, binary
+        def input
+          return StringIO.new(@string) unless @file
+          @file.flush
+          @file.rewind
+          @file
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,166 @@
+# frozen_string_literal: true
+
+require "rack/utils"
+require_relative "stream"
+
+module Weft
+  class Server
+    # Turns a Rack response (status, headers, body) into HTTP/1.1 bytes on a connection.
+    #
+    # Framing: an Array body (to_ary) gets a Content-Length and goes out with the head in one
+    # write; an `each` body of unknown length is sent chunked to HTTP/1.1 clients and
+    # close-delimited to HTTP/1.0 ones; a `call` body (Rack 3 streaming) and a partial hijack
+    # get the raw connection after the head, which then belongs to the app. Headers may be in
+    # Rack 3 form (lowercase names, Array values) or Rack 2 form (any case, "\n"-joined values).
+    module ResponseWriter
+      STATUS_LINES = Hash.new do |lines, status|
+        reason = Rack::Utils::HTTP_STATUS_CODES[status] || "Status #{status}"
+        lines[status] = "HTTP/1.1 #{status} #{reason}\r\n".b.freeze
+      end
+      CRLF = "\r\n"
+      LAST_CHUNK = "0\r\n\r\n"
+      CONNECTION_CLOSE = "connection: close\r\n"
+      CONNECTION_KEEP_ALIVE = "connection: keep-alive\r\n"
+      CHUNKED = "transfer-encoding: chunked\r\n"
+      # Header lines that only the server sets, or that must not leave it.
+      SKIPPED = %w[keep-alive].freeze
+      # Joining head and body into one write pays while the body is small.
+      COALESCE_LIMIT = 65_536
+
+      TOKEN = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/.freeze
+      # Header names already checked against TOKEN (apps send the same few names over and over).
+      VALID_NAMES = {}
+
+      module_function
+
+      # @return [Boolean] whether the connection can stay open
+      def write(connection, env, status, headers, body, keep_alive)
+        status = status.to_i
+        head_request = env["REQUEST_METHOD"] == "HEAD"
+        http10 = env["SERVER_PROTOCOL"] == "HTTP/1.0"
+        bodyless = status < 200 || status == 204 || status == 304
+
+        head = String.new(STATUS_LINES[status], capacity: 512)
+        length = nil
+        hijack = nil
+        dated = false
+        app_chunked = false
+        headers.each do |name, value|
+          name = name.to_s
+          lower = name.downcase
+          if lower.start_with?("rack.")
+            hijack = value if lower == "rack.hijack"
+            next
+          elsif lower == "content-length"
+            length = value.to_s.to_i unless bodyless
+          elsif lower == "connection"
+            keep_alive = false if value.to_s.downcase.include?("close")
+            next
+          elsif lower == "transfer-encoding"
+            # Already chunked by the app (Rack 2's Rack::Chunked): pass it through untouched.
+            app_chunked = !bodyless && value.to_s.downcase.strip == "chunked"
+            next unless app_chunked
+          elsif lower == "date"
+            dated = true
+          elsif SKIPPED.include?(lower)
+            next
+          end
+          append_header(head, name, value)
+        end
+        head << "date: " << Server.http_date << CRLF unless dated
+
+        if hijack || (!bodyless && !body.respond_to?(:each) && body.respond_to?(:call))
+          # The app takes over the connection after the head (partial hijack / streaming).
+          head << CONNECTION_CLOSE << CRLF
+          connection.write(head)
+          (hijack || body).call(Stream.new(connection))
+          return false
+        end
+
+        parts = nil
+        if bodyless
+          length = nil
+        elsif length.nil? && body.respond_to?(:to_ary)
+          parts = body.to_ary
+          length = 0
+          parts.each { |part| length += part.bytesize }
+          head << "content-length: " << length.to_s << CRLF
+        elsif length
+          head << "content-length: " << length.to_s << CRLF
+        end
+        length = nil if app_chunked
+        chunked = !bodyless && length.nil? && !http10 && !head_request && !app_chunked
+        # Without a length or chunking, only closing the connection ends the body.
+        keep_alive = false if !bodyless && length.nil? && http10 && !head_request
+        head << CHUNKED if chunked
+
+        if !keep_alive
+          head << CONNECTION_CLOSE
+        elsif http10
+          head << CONNECTION_KEEP_ALIVE
+        end
+        head << CRLF
+
+        if bodyless || head_request
+          connection.write(head)
+        elsif parts
+          write_parts(connection, head, parts, length)
+        elsif chunked
+          connection.write(head)
+          body.each { |chunk| connection.write("#{chunk.bytesize.to_s(16)}\r\n#{chunk}\r\n") unless chunk.empty? }
+          connection.write(LAST_CHUNK)
+        else
+          connection.write(head)
+          written = 0
+          body.each do |chunk|
+            written += chunk.bytesize
+            connection.write(chunk)
+          end
+          keep_alive = false if length && written != length # framing broken: the client must not reuse it
+        end
+        keep_alive
+      end
+
+      def write_parts(connection, head, parts, length)
+        if length <= COALESCE_LIMIT
+          parts.each { |part| head << part }
+          connection.write(head)
+        else
+          connection.write(head)
+          parts.each { |part| connection.write(part) }
+        end
+      end
+
+      # Appends one header; Array values and "\n"-joined values (Rack 2) become several lines.
+      # CR, LF and NUL cannot appear in a line (response splitting).
+      def append_header(head, name, value)
+        if value.is_a?(Array)
+          value.each { |item| append_header(head, name, item) }
+        else
+          value = value.to_s
+          if value.include?("\n")
+            value.split("\n").each { |item| append_header(head, name, item) }
+          else
+            raise ArgumentError, "invalid character in header #{name}" if value.match?(/[\r\0]/) || !valid_name?(name)
+            head << name << ": " << value << CRLF
+          end
+        end
+      end
+
+      def valid_name?(name)
+        return true if VALID_NAMES[name]
+        return false unless TOKEN.match?(name)
+        VALID_NAMES[name.dup.freeze] = true if VALID_NAMES.size < 1000
+        true
+      end
+
+      # A short plain-text response for errors detected by the server itself, which always
+      # closes the connection afterwards.
+      def write_error(connection, status, message)
+        body = "#{Rack::Utils::HTTP_STATUS_CODES[status]}: #{message}\n"
+        connection.write("#{STATUS_LINES[status]}content-type: text/plain\r\ncontent-length: #{body.bytesize}\r\n" \
+                         "connection: close\r\ndate: #{Server.http_date}\r\n\r\n#{body}")
+      end
+    end
+  end
+end

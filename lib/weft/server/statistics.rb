@@ -1,0 +1,148 @@
+# frozen_string_literal: true
+
+require "json"
+require "time"
+
+module Weft
+  class Server
+    # Counters of one server process, and their rendering as JSON and Prometheus text.
+    #
+    # In cluster mode each worker writes its snapshot to a file in the control directory about
+    # once a second (Statistics::Board); the stats endpoint of any worker then shows them all.
+    class Statistics
+      COUNTERS = %i[requests responses_5xx client_errors parse_errors connections_accepted].freeze
+
+      attr_reader(*COUNTERS)
+
+      def initialize(server)
+        @server = server
+        @started = Time.now
+        COUNTERS.each { |name| instance_variable_set(:"@#{name}", 0) }
+      end
+
+      def request!
+        @requests += 1
+      end
+
+      def server_error!
+        @responses_5xx += 1
+      end
+
+      def client_error!
+        @client_errors += 1
+      end
+
+      def parse_error!
+        @parse_errors += 1
+      end
+
+      def accepted!
+        @connections_accepted += 1
+      end
+
+      # @return [Hash] this process's numbers
+      def snapshot
+        scheduler = Weft.scheduler&.statistics || {}
+        {
+          pid: Process.pid,
+          worker: @server.worker_index,
+          started_at: @started.utc.iso8601,
+          uptime: (Time.now - @started).round(3),
+          requests: @requests,
+          in_flight: @server.in_flight,
+          connections_open: @server.open_connections,
+          connections_idle: @server.idle_pool.size,
+          connections_accepted: @connections_accepted,
+          responses_5xx: @responses_5xx,
+          client_errors: @client_errors,
+          parse_errors: @parse_errors,
+          fibers: scheduler[:tasks],
+          reactor_lag: scheduler[:lag]&.round(6),
+          reactor_max_lag: scheduler[:max_lag]&.round(6),
+          rss_bytes: Statistics.rss
+        }
+      end
+
+      # @return [Integer, nil] resident set size of this process
+      def self.rss
+        status = File.read("/proc/self/status")
+        kb = status[/^VmRSS:\s+(\d+)/, 1]
+        kb && kb.to_i * 1024
+      rescue SystemCallError
+        nil
+      end
+
+      # @return [Array<Hash>] snapshots of every worker (just this process outside a cluster)
+      def all
+        board = @server.board
+        return [snapshot] unless board
+        board.publish(snapshot)
+        board.read
+      end
+
+      # @return [String] JSON for the stats endpoint
+      def to_json(*)
+        workers = all
+        totals = {}
+        %i[requests in_flight connections_open connections_idle connections_accepted responses_5xx
+           client_errors parse_errors fibers].each do |key|
+          totals[key] = workers.sum { |worker| worker[key].to_i }
+        end
+        JSON.generate({ totals: totals, workers: workers })
+      end
+
+      # @return [String] Prometheus text exposition format (version 0.0.4)
+      def to_prometheus
+        out = +""
+        metrics = {
+          requests: ["counter", "weft_requests_total", "Requests answered"],
+          in_flight: ["gauge", "weft_requests_in_flight", "Requests being processed"],
+          connections_open: ["gauge", "weft_connections_open", "Open client connections"],
+          connections_idle: ["gauge", "weft_connections_idle", "Keep-alive connections parked without a fiber"],
+          connections_accepted: ["counter", "weft_connections_accepted_total", "Connections accepted"],
+          responses_5xx: ["counter", "weft_responses_5xx_total", "Responses with a 5xx status"],
+          client_errors: ["counter", "weft_client_errors_total", "Requests refused for bad input or timeouts"],
+          parse_errors: ["counter", "weft_parse_errors_total", "Malformed requests"],
+          fibers: ["gauge", "weft_fibers", "Live reactor tasks"],
+          reactor_lag: ["gauge", "weft_reactor_lag_seconds", "Last reactor turn's busy time"],
+          reactor_max_lag: ["gauge", "weft_reactor_max_lag_seconds", "Longest reactor turn"],
+          rss_bytes: ["gauge", "weft_process_resident_memory_bytes", "Resident set size"]
+        }
+        workers = all
+        metrics.each do |key, (type, name, help)|
+          out << "# HELP #{name} #{help}\n# TYPE #{name} #{type}\n"
+          workers.each do |worker|
+            out << "#{name}{worker=\"#{worker[:worker]}\",pid=\"#{worker[:pid]}\"} #{worker[key] || 0}\n"
+          end
+        end
+        out
+      end
+
+      # Worker snapshots shared through small JSON files in a directory owned by the master.
+      class Board
+        def initialize(dir, index)
+          @dir = dir
+          @path = File.join(dir, "worker-#{index}.json")
+        end
+
+        # Writes this worker's snapshot (atomically: write then rename).
+        def publish(snapshot)
+          temp = "#{@path}.#{Process.pid}.tmp"
+          File.write(temp, JSON.generate(snapshot))
+          File.rename(temp, @path)
+        rescue SystemCallError
+          nil
+        end
+
+        # @return [Array<Hash>] every worker's last snapshot, by worker index
+        def read
+          Dir[File.join(@dir, "worker-*.json")].filter_map do |path|
+            JSON.parse(File.read(path), symbolize_names: true)
+          rescue SystemCallError, JSON::ParserError
+            nil
+          end.sort_by { |snapshot| snapshot[:worker].to_i }
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,85 @@
+# frozen_string_literal: true
+
+module Weft
+  class Server
+    # The bidirectional stream given to a Rack 3 streaming body (`body.call(stream)`) and to a
+    # partial hijack callback: raw bytes in both directions over the connection, after the
+    # response head. The app owns it and closes it.
+    class Stream
+      def initialize(connection)
+        @connection = connection
+        @io = connection.hijack
+        @pending = connection.take_buffered # bytes the client sent after the request
+        @read_closed = false
+        @write_closed = false
+      end
+
+      # Reads up to `length` bytes (all until EOF when nil), like IO#read.
+      def read(length = nil, buffer = nil)
+        data = String.new(encoding: Encoding::BINARY)
+        data << @pending.slice!(0, length || @pending.bytesize)
+        begin
+          while length.nil? || data.bytesize < length
+            chunk = @io.readpartial(length ? length - data.bytesize : 16_384)
+            data << chunk
+            break if length && data.bytesize >= length
+          end
+        rescue EOFError, IOError, SystemCallError
+          nil
+        end
+        return nil if data.empty? && length&.positive?
+        buffer ? buffer.replace(data) : data
+      end
+
+      # Reads whatever is available, waiting for at least one byte; raises EOFError at the end.
+      def read_partial(length = 16_384)
+        return @pending.slice!(0, length) unless @pending.empty?
+        @io.readpartial(length)
+      end
+      alias readpartial read_partial
+
+      # @return [Integer] bytes written
+      def write(data)
+        data = data.to_s
+        @connection.write(data)
+        data.bytesize
+      rescue Connection::ClientGone, Connection::ClientTimeout => e
+        raise IOError, "stream closed by the client: #{e.message}"
+      end
+
+      def <<(data)
+        write(data)
+        self
+      end
+
+      def flush
+        self
+      end
+
+      def close_read
+        @read_closed = true
+        @io.close_read if @io.respond_to?(:close_read) && !@io.closed?
+      rescue IOError, SystemCallError
+        nil
+      end
+
+      def close_write
+        @write_closed = true
+        @io.close_write if @io.respond_to?(:close_write) && !@io.closed?
+      rescue IOError, SystemCallError
+        nil
+      end
+
+      def close
+        @read_closed = @write_closed = true
+        @io.close unless @io.closed?
+      rescue IOError, SystemCallError
+        nil
+      end
+
+      def closed?
+        @io.closed?
+      end
+    end
+  end
+end
