@@ -18,6 +18,8 @@ module Weft
       # @return [Array<Request>] every request received, in order
       attr_reader :requests
       attr_reader :port, :path
+      # @return [Array<Boolean>] per TLS connection, whether it resumed an earlier session
+      attr_reader :tls_resumed
 
       # @param tls [OpenSSL::SSL::SSLContext, nil]
       # @param unix [String, nil] listen on this unix socket path instead of TCP
@@ -30,6 +32,7 @@ module Weft
         @raw = raw
         @tls = tls
         @connections = 0
+        @tls_resumed = []
         @requests = []
         @lock = Mutex.new
         @threads = []
@@ -80,6 +83,7 @@ module Weft
           rescue OpenSSL::SSL::SSLError, Errno::ECONNRESET
             return socket.close
           end
+          @lock.synchronize { @tls_resumed << ssl.session_reused? }
           socket = ssl
         end
         return @handler.call(socket, id) if @raw
@@ -147,11 +151,11 @@ module Weft
     module TestCerts
       module_function
 
-      def generate(dir = Dir.mktmpdir("weft-tls"))
+      def generate(dir = Dir.mktmpdir("weft-tls"), san: "DNS:localhost,IP:127.0.0.1")
         ca_key = OpenSSL::PKey::EC.generate("prime256v1")
         ca = certificate("CN=Weft Test CA", ca_key, ca_key, nil, ca: true)
         key = OpenSSL::PKey::EC.generate("prime256v1")
-        cert = certificate("CN=localhost", key, ca_key, ca, san: "DNS:localhost,IP:127.0.0.1")
+        cert = certificate("CN=localhost", key, ca_key, ca, san: san)
         ca_file = File.join(dir, "ca.pem")
         File.write(ca_file, ca.to_pem)
         { ca_file: ca_file, ca: ca, cert: cert, key: key, dir: dir }

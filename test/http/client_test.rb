@@ -1,0 +1,261 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "support"
+require "weft/http"
+require "zlib"
+require "stringio"
+
+class HTTPClientTest < Minitest::Test
+  def setup
+    @servers = []
+    @clients = []
+  end
+
+  def teardown
+    @clients.each(&:close)
+    @servers.each(&:close)
+  end
+
+  def server(**options, &handler)
+    (@servers << Weft::Test::HTTPServer.new(**options, &handler)).last
+  end
+
+  def client(*args, **options)
+    (@clients << Weft::HTTP::Client.new(*args, proxy: nil, **options)).last
+  end
+
+  def echo_server
+    server { |r| [200, { "x-method" => r.method }, "#{r.method} #{r.path}?#{r.query} #{r.body}"] }
+  end
+
+  def test_sequential_requests_reuse_one_keep_alive_connection
+    srv = echo_server
+    http = client(srv.url)
+    15.times { |i| assert_equal "GET /#{i}? ", http.get("/#{i}").body }
+    assert_equal 1, srv.connections
+    stats = http.statistics.fetch(srv.url)
+    assert_equal 15, stats[:checkouts]
+    assert_equal 1, stats[:idle]
+  end
+
+  def test_methods_headers_query_and_base_path
+    srv = server do |r|
+      [201, { "x-seen" => r.env["HTTP_X_TOKEN"].to_s, "set-cookie" => "a=1" }, "#{r.method} #{r.path}?#{r.query}"]
+    end
+    http = client("#{srv.url}/api/", headers: { "x-token" => "t1" })
+    response = http.get("users", query: { "q" => "a b", "n" => 2 })
+    assert_equal 201, response.status
+    assert_equal "GET /api/users?q=a+b&n=2", response.body
+    assert_equal "t1", response["X-Seen"]
+    assert_equal ["a=1"], response.headers.all("Set-Cookie")
+    assert_equal "DELETE /x?", http.delete("/x").body
+    assert_equal "weft/#{Weft::VERSION}", srv.requests.first.env["HTTP_USER_AGENT"]
+    assert_equal "127.0.0.1:#{srv.port}", srv.requests.first.env["HTTP_HOST"]
+  end
+
+  def test_request_bodies_string_io_and_enumerable
+    srv = echo_server
+    http = client(srv.url)
+    assert_equal "POST /s? hello", http.post("/s", body: "hello").body
+    assert_equal "PUT /io? from io", http.put("/io", body: StringIO.new("from io")).body
+    assert_equal "PATCH /e? abc", http.patch("/e", body: %w[a b c].each).body
+    assert_equal "POST /empty? ", http.post("/empty").body
+    envs = srv.requests.map(&:env)
+    assert_equal "5", envs[0]["CONTENT_LENGTH"]
+    assert_equal "7", envs[1]["CONTENT_LENGTH"]
+    assert_equal "chunked", envs[2]["HTTP_TRANSFER_ENCODING"]
+    assert_equal "0", envs[3]["CONTENT_LENGTH"]
+    assert_equal 1, srv.connections
+  end
+
+  def test_invalid_arguments_are_rejected_before_anything_is_sent
+    http = client("http://127.0.0.1:1")
+    assert_raises(ArgumentError) { http.get("/", headers: { "x-bad" => "a\r\nInjected: 1" }) }
+    assert_raises(ArgumentError) { http.get("/", headers: { "bad name" => "x" }) }
+    assert_raises(ArgumentError) { http.request("BAD METHOD", "/") }
+    assert_raises(ArgumentError) { http.get("ftp://example.com/") }
+    assert_raises(ArgumentError) { client.get("/relative-without-base") }
+    assert_raises(ArgumentError) { client(bogus: 1) }
+  end
+
+  def test_streams_a_chunked_response_as_it_arrives
+    release = Queue.new
+    srv = server(raw: true) do |socket|
+      socket.readpartial(4096)
+      socket.write("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+      release.pop
+      socket.write("6\r\nsecond\r\n0\r\n\r\n")
+      sleep 0.2
+    end
+    http = client(srv.url)
+    chunks = []
+    http.get("/") do |response|
+      response.each_chunk do |chunk|
+        chunks << chunk
+        release << true if chunks.size == 1 # the first piece arrived before the rest was sent
+      end
+    end
+    assert_equal %w[first second], chunks
+  end
+
+  def test_large_content_length_body_in_pieces
+    payload = Random.new(1).bytes(3 * 1024 * 1024)
+    srv = server { [200, {}, payload] }
+    http = client(srv.url)
+    pieces = 0
+    size = 0
+    http.get("/") { |r| r.read_body { |chunk| pieces += 1; size += chunk.bytesize } }
+    assert_equal payload.bytesize, size
+    assert_operator pieces, :>, 1
+    assert_equal payload, http.get("/").body
+    assert_equal 1, srv.connections
+  end
+
+  def test_abandoned_body_closes_the_connection_instead_of_reusing_it
+    srv = server { |r| [200, {}, r.path == "/big" ? "x" * 500_000 : "small"] }
+    http = client(srv.url)
+    http.get("/big") { |response| response.each_chunk { break } }
+    http.get("/big") { |_response| nil } # not read at all
+    assert_equal "small", http.get("/small").body
+    assert_equal 3, srv.connections
+    assert_equal 2, http.statistics.fetch(srv.url)[:discarded]
+  end
+
+  def test_connection_close_and_http10_are_not_reused
+    srv = server { |r| [200, r.path == "/close" ? { "connection" => "close" } : {}, "ok"] }
+    http = client(srv.url)
+    http.get("/close")
+    http.get("/close")
+    assert_equal 2, srv.connections
+    raw = server(raw: true) do |socket|
+      socket.readpartial(4096)
+      socket.write("HTTP/1.0 200 OK\r\n\r\nuntil close")
+    end
+    assert_equal "until close", client(raw.url).get("/").body
+  end
+
+  def test_bodiless_responses_free_the_connection
+    srv = server { |r| r.path == "/204" ? [204, {}, ""] : [200, {}, "body"] }
+    http = client(srv.url)
+    assert_equal "", http.head("/").body
+    assert_equal 204, http.get("/204").status
+    http.get("/204") { |response| assert_equal 204, response.status } # not read: nothing to read
+    assert_equal "body", http.get("/").body
+    assert_equal 1, srv.connections
+  end
+
+  def test_gzip_and_deflate_bodies_are_inflated
+    text = "compress me " * 1000
+    srv = server do |r|
+      case r.path
+      when "/gzip"
+        io = StringIO.new
+        gz = Zlib::GzipWriter.new(io)
+        gz.write(text)
+        gz.close
+        [200, { "content-encoding" => "gzip" }, io.string.b.scan(/.{1,100}/m)]
+      when "/deflate" then [200, { "content-encoding" => "deflate" }, Zlib::Deflate.deflate(text)]
+      when "/raw-deflate"
+        z = Zlib::Deflate.new(Zlib::DEFAULT_COMPRESSION, -Zlib::MAX_WBITS)
+        [200, { "content-encoding" => "deflate" }, z.deflate(text, Zlib::FINISH)]
+      when "/broken" then [200, { "content-encoding" => "gzip" }, "not gzip at all"]
+      else [200, {}, r.env["HTTP_ACCEPT_ENCODING"].to_s]
+      end
+    end
+    http = client(srv.url)
+    assert_equal "gzip, deflate", http.get("/").body
+    response = http.get("/gzip")
+    assert_equal text, response.body
+    assert_nil response["content-encoding"]
+    assert_equal text, http.get("/deflate").body
+    assert_equal text, http.get("/raw-deflate").body
+    assert_raises(Weft::HTTP::MalformedResponse) { http.get("/broken") }
+    own = http.get("/gzip", headers: { "accept-encoding" => "gzip" })
+    assert_equal "gzip", own["content-encoding"]
+    assert_equal text, Zlib.gunzip(own.body)
+  end
+
+  def test_unix_socket_origin
+    path = File.join(Dir.mktmpdir("weft-http"), "app.sock")
+    srv = server(unix: path) { |r| [200, {}, "unix #{r.path} #{r.env['HTTP_HOST']}"] }
+    http = client("unix://#{path}")
+    3.times { assert_equal "unix /status localhost", http.get("/status").body }
+    assert_equal 1, srv.connections
+  end
+
+  def test_max_requests_and_idle_timeout_replace_connections
+    srv = echo_server
+    http = client(srv.url, max_requests: 2)
+    5.times { http.get("/") }
+    assert_equal 3, srv.connections
+
+    srv2 = echo_server
+    idle = client(srv2.url, idle_timeout: 0.1)
+    idle.get("/")
+    sleep 0.2
+    idle.get("/")
+    assert_equal 2, srv2.connections
+  end
+
+  def test_concurrent_requests_in_a_reactor_overlap_through_one_client
+    srv = server { sleep 0.5; [200, {}, "slow"] }
+    http = client(srv.url)
+    bodies = assert_elapsed_under(2) do
+      Weft.run { Weft.map(1..10) { http.get("/").body } }
+    end
+    assert_equal ["slow"] * 10, bodies
+    assert_equal 10, srv.connections
+    # The connections stay pooled for the next burst.
+    assert_elapsed_under(1.5) { Weft.run { Weft.map(1..10) { http.get("/") } } }
+    assert_equal 10, srv.connections
+  end
+
+  def test_per_origin_limit_queues_and_pool_timeout
+    srv = server { sleep 0.3; [200, {}, "ok"] }
+    http = client(srv.url, limit: 2)
+    Weft.run { Weft.map(1..6) { http.get("/") } }
+    assert_equal 2, srv.connections
+    error = assert_raises(Weft::HTTP::PoolTimeout) do
+      Weft.run do
+        Weft.map(1..3) { http.get("/", pool_timeout: 0.1) }
+      end
+    end
+    assert_kind_of Weft::HTTP::Error, error
+  end
+
+  def test_threads_share_a_client_outside_a_reactor
+    srv = server { sleep 0.2; [200, {}, "ok"] }
+    http = client(srv.url)
+    threads = 5.times.map { Thread.new { http.get("/").body } }
+    assert_elapsed_under(1.5) { assert_equal ["ok"] * 5, threads.map(&:value) }
+  end
+
+  def test_tls_with_verification_and_session_resumption
+    certs = Weft::Test::TestCerts.generate
+    srv = server(tls: Weft::Test::TestCerts.server_context(certs)) { |r| [200, {}, "secure #{r.path}"] }
+    http = client(srv.url, ssl: { ca_file: certs[:ca_file] })
+    3.times { assert_equal "secure /a", http.get("/a").body }
+    assert_equal 1, srv.connections
+    refute_nil http.tls_session(srv.url)
+    http.close_idle
+    assert_equal "secure /b", http.get("/b").body
+    assert_equal [false, true], srv.tls_resumed
+
+    localhost = client("https://localhost:#{srv.port}", ssl: { ca_file: certs[:ca_file] })
+    assert_equal "secure /", localhost.get("/").body
+  end
+
+  def test_tls_verification_failures_are_distinct
+    certs = Weft::Test::TestCerts.generate
+    srv = server(tls: Weft::Test::TestCerts.server_context(certs)) { [200, {}, "secure"] }
+    error = assert_raises(Weft::HTTP::TLSVerificationError) { client(srv.url).get("/") }
+    assert_match(/issuer/, error.message)
+    other = Weft::Test::TestCerts.generate(san: "DNS:other.example")
+    elsewhere = server(tls: Weft::Test::TestCerts.server_context(other)) { [200, {}, "secure"] }
+    mismatch = client(elsewhere.url, ssl: { ca_file: other[:ca_file] })
+    error = assert_raises(Weft::HTTP::TLSVerificationError) { mismatch.get("/") }
+    assert_match(/hostname|match/i, error.message)
+    assert_equal "secure", client(srv.url, ssl: { verify: false }).get("/").body
+  end
+end

@@ -1,0 +1,170 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "weft/pool"
+
+class PoolTest < Minitest::Test
+  Resource = Struct.new(:id, :closed)
+
+  def build(**options, &check)
+    created = 0
+    closed = []
+    pool = Weft::Pool.new(close: ->(r) { r.closed = true; closed << r.id }, check: check, **options) do
+      Resource.new(created += 1, false)
+    end
+    [pool, closed]
+  end
+
+  def test_reuses_the_most_recently_returned_resource
+    pool, = build(limit: 3)
+    a = pool.checkout
+    b = pool.checkout
+    pool.checkin(a)
+    pool.checkin(b)
+    assert_same b, pool.checkout
+    assert_equal 2, pool.statistics[:created]
+  end
+
+  def test_with_checks_in_and_an_exception_discards
+    pool, closed = build(limit: 1)
+    first = pool.with { |r| r }
+    assert_same first, pool.with { |r| r }
+    assert_raises(RuntimeError) { pool.with { raise "broken" } }
+    assert_equal [1], closed
+    assert_equal 2, pool.with(&:id)
+    stats = pool.statistics
+    assert_equal 1, stats[:discarded]
+    assert_equal 1, stats[:size]
+  end
+
+  def test_checkout_waits_for_a_free_resource_and_times_out
+    pool, = build(limit: 1, timeout: 0.2)
+    held = pool.checkout
+    error = assert_elapsed_under(1) { assert_raises(Weft::Pool::TimeoutError) { pool.checkout } }
+    assert_kind_of Weft::TimeoutError, error
+    assert_equal 1, pool.statistics[:timeouts]
+    Thread.new { sleep 0.1; pool.checkin(held) }
+    assert_same held, pool.checkout(timeout: 2)
+  end
+
+  def test_limit_bounds_concurrent_holders_across_fibers
+    pool, = build(limit: 3)
+    peak = 0
+    current = 0
+    assert_elapsed_under(2) do
+      Weft.run do
+        Weft.map(1..12) do
+          pool.with do
+            current += 1
+            peak = [peak, current].max
+            sleep 0.1
+            current -= 1
+          end
+        end
+      end
+    end
+    assert_equal 3, peak
+    assert_equal 3, pool.statistics[:created]
+  end
+
+  def test_threads_and_fibers_share_one_pool
+    pool, = build(limit: 2)
+    results = Queue.new
+    threads = 3.times.map { Thread.new { 5.times { pool.with { |r| sleep 0.01; results << r.id } } } }
+    Weft.run { Weft.map(1..5) { pool.with { |r| sleep 0.01; results << r.id } } }
+    threads.each(&:join)
+    assert_equal 20, results.size
+    assert_operator pool.statistics[:created], :<=, 2
+  end
+
+  def test_idle_timeout_and_max_age_retire
+    pool, closed = build(limit: 2, idle_timeout: 0.05)
+    a = pool.checkout
+    pool.checkin(a)
+    sleep 0.1
+    b = pool.checkout
+    refute_same a, b
+    assert_equal [1], closed
+
+    aged, = build(limit: 1, max_age: 0.05)
+    first = aged.checkout
+    aged.checkin(first)
+    sleep 0.1
+    refute_same first, aged.checkout
+  end
+
+  def test_max_uses_retires_on_checkin
+    pool, closed = build(limit: 1, max_uses: 2)
+    ids = 5.times.map { pool.with(&:id) }
+    assert_equal [1, 1, 2, 2, 3], ids
+    assert_equal [1, 2], closed
+  end
+
+  def test_check_rejects_a_broken_idle_resource
+    pool, closed = build(limit: 1) { |r| r.id != 1 }
+    pool.with { nil }
+    assert_equal 2, pool.with(&:id)
+    assert_equal [1], closed
+  end
+
+  def test_a_failed_create_frees_its_slot
+    attempts = 0
+    pool = Weft::Pool.new(limit: 1, timeout: 0.5) do |fail_it|
+      attempts += 1
+      raise IOError, "refused" if fail_it
+      :ok
+    end
+    assert_raises(IOError) { pool.checkout(true) }
+    assert_equal :ok, pool.checkout(false)
+    assert_equal 1, pool.statistics[:size]
+  end
+
+  def test_discard_wakes_a_waiter_and_prune_and_clear
+    pool, closed = build(limit: 1, idle_timeout: 0.05)
+    held = pool.checkout
+    Thread.new { sleep 0.05; pool.discard(held) }
+    fresh = assert_elapsed_under(1) { pool.checkout(timeout: 1) }
+    assert_equal 2, fresh.id
+    pool.checkin(fresh)
+    sleep 0.1
+    assert_equal 1, pool.prune
+    pool.with { nil }
+    assert_equal 1, pool.clear
+    assert_equal [1, 2, 3], closed
+  end
+
+  def test_close_retires_idle_then_returning_ones_and_refuses_checkout
+    pool, closed = build(limit: 2)
+    a = pool.checkout
+    b = pool.checkout
+    pool.checkin(a)
+    pool.close
+    assert_equal [1], closed
+    pool.checkin(b)
+    assert_equal [1, 2], closed
+    assert_raises(Weft::Pool::ClosedError) { pool.checkout }
+  end
+
+  def test_checkin_of_a_foreign_resource_is_an_error
+    pool, = build(limit: 1)
+    assert_raises(Weft::Error) { pool.checkin(Object.new) }
+  end
+
+  def test_a_forked_child_does_not_receive_the_parents_resources
+    pool, = build(limit: 1)
+    parent = pool.with { |r| r }
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      child = pool.with { |r| r }
+      writer.write(child.equal?(parent) ? "shared" : "fresh #{pool.statistics[:created]}")
+      writer.close
+      exit!(0)
+    end
+    writer.close
+    Process.wait(pid)
+    assert_equal "fresh 1", reader.read
+    refute parent.closed, "the child must not close the parent's resource"
+    assert_same parent, pool.with { |r| r }
+  end
+end
