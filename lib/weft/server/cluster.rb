@@ -1,0 +1,335 @@
+# frozen_string_literal: true
+
+require "tmpdir"
+require "fileutils"
+require "rbconfig"
+
+module Weft
+  class Server
+    # The master process: owns the listening sockets, forks worker processes that each run a
+    # Server in its own reactor, replaces the ones that die, and reacts to signals:
+    #
+    #   TERM, INT, QUIT  stop accepting, let workers finish in-flight requests, exit
+    #   TTIN / TTOU      one worker more / fewer
+    #   USR1             phased restart: replace workers one at a time (new code when not preloaded)
+    #   USR2             hot restart: re-exec the master with the listening sockets inherited;
+    #                    the old workers serve until the new ones are up
+    #
+    # All workers accept from the same inherited sockets, so the kernel's accept queue holds
+    # new connections through any restart and none is refused (docs/server.md has the why and
+    # the measurements). The master itself runs no reactor: a plain select loop over a
+    # self-pipe fed by the signal handlers and the workers' "booted" pipes.
+    class Cluster
+      # One worker process as the master sees it.
+      Worker = Struct.new(:index, :pid, :generation, :booted, :ready_reader, :started_at, :stopping)
+
+      # Environment variables carried across a hot restart.
+      LISTEN_FDS = "WEFT_LISTEN_FDS"
+      OLD_WORKERS = "WEFT_OLD_WORKERS"
+      SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 CHLD].freeze
+
+      # @param config [Config]
+      # @param loader [#call] returns the Rack app (runs in the master with preload, else in each worker)
+      # @param argv [Array<String>] how to re-exec this master for a hot restart
+      def initialize(config, loader, argv: nil)
+        @config = config
+        @loader = loader
+        @argv = argv
+        @count = config.worker_count
+        @workers = []
+        @generation = 0
+        @app = nil
+        @stopping = false
+        @log = Weft.logger
+        @last_spawn = {}
+        @phased = nil
+        @old_pids = ENV.delete(OLD_WORKERS).to_s.split(",").map(&:to_i)
+      end
+
+      # Runs the cluster until told to stop. @return [void]
+      def run
+        @listeners = inherit_or_bind
+        @board_dir = File.join(@config[:control_dir] || Dir.tmpdir, "weft-#{Process.pid}")
+        FileUtils.mkdir_p(@board_dir)
+        write_pidfile
+        @app = @loader.call if @config[:preload]
+        trap_signals
+        @log.info("weft master #{Process.pid}: #{@count} workers, listening on #{@listeners.map(&:bound_url).join(', ')}")
+        @count.times { |index| spawn_worker(index) }
+        supervise until @stopping && @workers.empty?
+      ensure
+        cleanup unless @restarting
+      end
+
+      # @return [Array<Listener>]
+      attr_reader :listeners
+
+      private
+
+      def inherit_or_bind
+        inherited = ENV.delete(LISTEN_FDS)
+        if inherited
+          inherited.split(",").map do |entry|
+            url, fd = entry.split("=", 2)
+            Listener.inherit(url, Integer(fd))
+          end
+        else
+          @config.bind_urls.map { |url| Listener.bind(url, backlog: @config[:backlog]) }
+        end
+      end
+
+      def trap_signals
+        @signal_reader, @signal_writer = IO.pipe
+        @signals = []
+        SIGNALS.each do |name|
+          Signal.trap(name) do
+            @signals << name
+            @signal_writer.write_nonblock(".", exception: false)
+          end
+        end
+      end
+
+      # One turn of the master loop.
+      def supervise
+        readers = [@signal_reader] + @workers.filter_map { |worker| worker.ready_reader unless worker.booted }
+        ready, = IO.select(readers, nil, nil, 1)
+        ready&.each do |io|
+          if io.equal?(@signal_reader)
+            io.read_nonblock(1024, exception: false)
+          else
+            worker_booted(io)
+          end
+        end
+        handle_signal(@signals.shift) until @signals.empty?
+        reap
+        check_boot_timeouts
+        advance_phased_restart
+        stop_old_master_workers
+        maintain_count unless @stopping
+      end
+
+      def handle_signal(name)
+        case name
+        when "TERM", "INT", "QUIT" then begin_stop
+        when "TTIN"
+          @count += 1
+          @log.info("TTIN: #{@count} workers")
+        when "TTOU"
+          @count -= 1 if @count > 1
+          @log.info("TTOU: #{@count} workers")
+          @workers.select { |worker| worker.index >= @count }.each { |worker| stop_worker(worker) }
+        when "USR1" then begin_phased_restart
+        when "USR2" then hot_restart
+        end
+      end
+
+      def spawn_worker(index, generation = @generation)
+        reader, writer = IO.pipe
+        @config.run_hooks(:before_fork, index)
+        master = Process.pid
+        pid = fork { run_worker(index, writer, reader, master) }
+        writer.close
+        @last_spawn[index] = Timers.now
+        worker = Worker.new(index, pid, generation, false, reader, Timers.now, false)
+        @workers << worker
+        worker
+      end
+
+      # The body of a worker process. Never returns.
+      def run_worker(index, ready_writer, ready_reader, master)
+        ready_reader.close
+        @signal_reader.close
+        @signal_writer.close
+        @workers.each { |worker| worker.ready_reader&.close }
+        SIGNALS.each { |name| Signal.trap(name, "DEFAULT") }
+        $PROGRAM_NAME = "weft worker #{index}#{" (#{@config[:tag]})" if @config[:tag]}"
+        status = 0
+        begin
+          app = @app || @loader.call
+          @config.run_hooks(:after_worker_boot, index)
+          board = Statistics::Board.new(@board_dir, index)
+          server = Server.new(app, @config, listeners: @listeners, worker_index: index, board: board)
+          %w[TERM INT QUIT].each { |name| Signal.trap(name) { server.stop } }
+          watch_master(master, server)
+          ready_writer.write("#{Process.pid}\n")
+          ready_writer.close
+          server.run
+          @config.run_hooks(:before_worker_shutdown, index)
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          Weft.logger.error("worker #{index} failed: #{e.class}: #{e.message}\n\t#{(e.backtrace || []).join("\n\t")}")
+          status = 1
+        end
+        $stdout.flush
+        $stderr.flush
+        exit!(status) # the master's at_exit handlers are not the worker's
+      end
+
+      # A worker whose master died (SIGKILL, crash) stops on its own rather than live on.
+      def watch_master(master, server)
+        Thread.new do
+          sleep(1) while Process.ppid == master
+          server.stop
+        end
+      end
+
+      def worker_booted(reader)
+        worker = @workers.find { |candidate| candidate.ready_reader.equal?(reader) }
+        line = reader.read_nonblock(64, exception: false)
+        return unless worker
+        reader.close
+        worker.ready_reader = nil
+        if line.is_a?(String)
+          worker.booted = true
+          @log.info("worker #{worker.index} (pid #{worker.pid}) booted")
+        end
+      end
+
+      def reap
+        loop do
+          pid, status = Process.wait2(-1, Process::WNOHANG)
+          break unless pid
+          @old_pids.delete(pid)
+          worker = @workers.find { |candidate| candidate.pid == pid }
+          next unless worker
+          @workers.delete(worker)
+          worker.ready_reader&.close
+          unless worker.stopping || @stopping
+            @log.warn("worker #{worker.index} (pid #{pid}) died: #{status.inspect}; replacing it")
+          end
+          # A removed worker's (TTOU) last statistics would otherwise linger on the board.
+          FileUtils.rm_f(File.join(@board_dir, "worker-#{worker.index}.json")) if worker.index >= @count
+        end
+      rescue Errno::ECHILD
+        nil
+      end
+
+      def maintain_count
+        (0...@count).each do |index|
+          next if @workers.any? { |worker| worker.index == index }
+          # A worker that dies at boot is not respawned in a tight loop.
+          last = @last_spawn[index]
+          next if last && Timers.now - last < 1
+          spawn_worker(index)
+        end
+      end
+
+      def check_boot_timeouts
+        limit = @config[:worker_boot_timeout]
+        @workers.each do |worker|
+          next if worker.booted || worker.stopping || Timers.now - worker.started_at < limit
+          @log.error("worker #{worker.index} (pid #{worker.pid}) did not boot in #{limit}s; killing it")
+          kill(worker.pid, "KILL")
+          worker.stopping = true
+        end
+      end
+
+      def stop_worker(worker)
+        return if worker.stopping
+        worker.stopping = true
+        kill(worker.pid, "TERM")
+      end
+
+      def kill(pid, signal)
+        Process.kill(signal, pid)
+      rescue Errno::ESRCH
+        nil
+      end
+
+      def begin_stop
+        return if @stopping
+        @stopping = true
+        @log.info("stopping: waiting up to #{@config[:shutdown_timeout]}s for in-flight requests")
+        @listeners.each(&:close) # no worker needs the master's copies any more
+        @workers.each { |worker| stop_worker(worker) }
+        @old_pids.each { |pid| kill(pid, "TERM") }
+        deadline = Timers.now + @config[:shutdown_timeout] + 5
+        until @workers.empty? || Timers.now > deadline
+          reap
+          sleep(0.05) unless @workers.empty?
+        end
+        @workers.each { |worker| kill(worker.pid, "KILL") }
+        reap
+        @workers.clear
+      end
+
+      # --- Phased restart (USR1) -----------------------------------------------------------
+
+      def begin_phased_restart
+        return if @phased || @stopping
+        @generation += 1
+        @log.info("phased restart to generation #{@generation}")
+        @phased = { queue: @workers.reject(&:stopping).sort_by(&:index), current: nil, replacement: nil }
+      end
+
+      # Replaces one worker at a time: start the new one, wait until it has booted, then stop
+      # the old one and wait for it to exit. At every moment at least @count workers accept.
+      def advance_phased_restart
+        return unless @phased
+        phased = @phased
+        if phased[:current]
+          old = phased[:current]
+          replacement = phased[:replacement]
+          stop_worker(old) if replacement.booted && !old.stopping
+          return if @workers.include?(old) # still draining
+          unless @workers.include?(replacement)
+            @log.error("phased restart: replacement for worker #{old.index} died; stopping the restart")
+            @phased = nil
+            return
+          end
+          phased[:current] = nil
+        end
+        old = phased[:queue].shift
+        if old.nil?
+          @log.info("phased restart done")
+          @phased = nil
+          return
+        end
+        phased[:current] = old
+        phased[:replacement] = spawn_worker(old.index, @generation)
+      end
+
+      # --- Hot restart (USR2) --------------------------------------------------------------
+
+      # Re-executes the master image in place (same pid) with the listening sockets passed as
+      # fds. The old workers remain its children and keep serving until the new master's
+      # workers have booted; the new master then stops them (#stop_old_master_workers).
+      def hot_restart
+        return if @stopping || @argv.nil?
+        @log.info("hot restart: re-executing #{@argv.join(' ')}")
+        @config.run_hooks(:on_restart)
+        env = {
+          LISTEN_FDS => @listeners.map { |listener| "#{listener.url}=#{listener.socket.fileno}" }.join(","),
+          OLD_WORKERS => (@workers.map(&:pid) + @old_pids).join(",")
+        }
+        redirects = @listeners.to_h { |listener| [listener.socket.fileno, listener.socket.fileno] }
+        @restarting = true
+        exec(env, *@argv, redirects.merge(close_others: false))
+      rescue SystemCallError => e
+        @restarting = false
+        @log.error("hot restart failed: #{e.message}; continuing with the current master")
+      end
+
+      def stop_old_master_workers
+        return if @old_pids.empty?
+        return unless @workers.count(&:booted) >= @count
+        @log.info("hot restart: stopping the previous workers #{@old_pids.join(', ')}")
+        @old_pids.each { |pid| kill(pid, "TERM") }
+        @old_pids = [] # they stay our children: #reap collects them as they exit
+      end
+
+      def write_pidfile
+        path = @config[:pidfile]
+        File.write(path, "#{Process.pid}\n") if path
+      end
+
+      def cleanup
+        @listeners&.each do |listener|
+          listener.close
+          listener.unlink
+        end
+        FileUtils.rm_rf(@board_dir) if @board_dir
+        File.unlink(@config[:pidfile]) if @config[:pidfile] && File.exist?(@config[:pidfile])
+      end
+    end
+  end
+end
