@@ -1,0 +1,197 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "support"
+require "weft/http"
+
+# Every failure gets its own class, nothing waits past its deadline, and a broken connection
+# never goes back to the pool.
+class HTTPClientErrorsTest < Minitest::Test
+  def setup
+    @servers = []
+    @clients = []
+  end
+
+  def teardown
+    @clients.each(&:close)
+    @servers.each(&:close)
+  end
+
+  def server(**options, &handler)
+    (@servers << Weft::Test::HTTPServer.new(**options, &handler)).last
+  end
+
+  def client(*args, **options)
+    (@clients << Weft::HTTP::Client.new(*args, proxy: nil, **options)).last
+  end
+
+  # A raw server answering each request on a connection with the next scripted reply.
+  def scripted(*replies)
+    server(raw: true) do |socket|
+      replies.each do |reply|
+        socket.readpartial(65_536)
+        reply.respond_to?(:call) ? reply.call(socket) : socket.write(reply)
+      end
+      sleep 0.5
+    end
+  end
+
+  def test_dns_failure
+    error = assert_raises(Weft::HTTP::DNSError) { client.get("http://no-such-host.invalid/") }
+    assert_kind_of Weft::HTTP::ConnectionError, error
+    assert_kind_of Weft::HTTP::Error, error
+  end
+
+  def test_connection_refused_tcp_and_unix
+    port = free_tcp_port
+    assert_raises(Weft::HTTP::ConnectionRefused) { client.get("http://127.0.0.1:#{port}/") }
+    assert_raises(Weft::HTTP::ConnectionRefused) { client("unix:///nonexistent/weft.sock").get("/") }
+  end
+
+  def test_connect_timeout_covers_the_tls_handshake
+    srv = server(raw: true) { sleep 3 } # accepts TCP, never answers the ClientHello
+    http = client("https://127.0.0.1:#{srv.port}", connect_timeout: 0.3)
+    error = assert_elapsed_under(1.5) { assert_raises(Weft::HTTP::ConnectTimeout) { http.get("/") } }
+    assert_kind_of Timeout::Error, error
+    assert_kind_of Weft::TimeoutError, error
+  end
+
+  def test_read_timeout_and_the_connection_is_discarded
+    srv = scripted(->(_socket) { sleep 2 })
+    http = client(srv.url, read_timeout: 0.3)
+    assert_elapsed_under(1.5) { assert_raises(Weft::HTTP::ReadTimeout) { http.get("/") } }
+    stats = http.statistics.fetch(srv.url)
+    assert_equal 0, stats[:size]
+    assert_equal 1, stats[:discarded]
+  end
+
+  def test_write_timeout_when_the_server_does_not_read
+    srv = server(raw: true) { sleep 5 }
+    http = client(srv.url, write_timeout: 0.3)
+    body = Enumerator.new { |y| 400.times { y << ("x" * 1_048_576) } }
+    assert_elapsed_under(3) { assert_raises(Weft::HTTP::WriteTimeout) { http.post("/", body: body) } }
+  end
+
+  def test_deadline_bounds_a_trickling_body
+    srv = scripted(lambda do |socket|
+      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")
+      50.times { socket.write("x"); sleep 0.1 }
+    end)
+    http = client(srv.url, read_timeout: 1)
+    error = assert_elapsed_under(1.2) { assert_raises(Weft::HTTP::DeadlineExceeded) { http.get("/", deadline: 0.5) } }
+    assert_match(/deadline/, error.message)
+  end
+
+  def test_deadline_inside_a_reactor_and_per_task
+    srv = server { |r| sleep(r.path == "/slow" ? 2 : 0); [200, {}, "ok"] }
+    http = client(srv.url, deadline: 0.4)
+    results = assert_elapsed_under(1.5) do
+      Weft.run do
+        Weft.map(%w[/slow /fast /slow /fast]) do |path|
+          http.get(path).body
+        rescue Weft::HTTP::DeadlineExceeded => e
+          e.class
+        end
+      end
+    end
+    assert_equal [Weft::HTTP::DeadlineExceeded, "ok", Weft::HTTP::DeadlineExceeded, "ok"], results
+  end
+
+  def test_reset_mid_body_is_connection_reset_and_not_pooled
+    srv = scripted("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly ten b")
+    http = client(srv.url)
+    error = assert_raises(Weft::HTTP::ConnectionReset) { http.get("/") }
+    assert_match(/10 of 100/, error.message)
+    assert_equal 0, http.statistics.fetch(srv.url)[:size]
+
+    chunked = scripted("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+    assert_raises(Weft::HTTP::ConnectionReset) { client(chunked.url).get("/") }
+
+    streamed = []
+    srv2 = scripted("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly ten b")
+    assert_raises(Weft::HTTP::ConnectionReset) do
+      client(srv2.url).get("/") { |response| response.each_chunk { |chunk| streamed << chunk } }
+    end
+    assert_equal ["only ten b"], streamed
+  end
+
+  def test_malformed_responses
+    [
+      "HTTP/1.1 OK\r\n\r\n",
+      "garbage\r\n\r\n",
+      "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n",
+      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"
+    ].each do |reply|
+      srv = scripted(reply)
+      http = client(srv.url)
+      assert_raises(Weft::HTTP::MalformedResponse, reply.inspect) { http.get("/") }
+      assert_equal 0, http.statistics.fetch(srv.url)[:size]
+    end
+  end
+
+  def test_stale_keep_alive_connection_is_retried_once_for_idempotent_requests
+    ok = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    drop = ->(socket) { socket.close } # the server reads the request, then closes: a stale connection
+    srv = server(raw: true) do |socket, id|
+      socket.readpartial(65_536)
+      socket.write(ok)
+      if id == 1
+        socket.readpartial(65_536)
+        drop.call(socket)
+      else
+        loop do
+          socket.readpartial(65_536)
+          socket.write(ok)
+        end
+      end
+    end
+    http = client(srv.url)
+    assert_equal "ok", http.get("/").body
+    assert_equal "ok", http.get("/").body # first attempt on the reused connection fails, retried
+    assert_equal 2, srv.connections
+  end
+
+  def test_non_idempotent_requests_are_never_retried
+    attempts = Queue.new
+    srv = server(raw: true) do |socket|
+      socket.readpartial(65_536)
+      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+      request = socket.readpartial(65_536)
+      attempts << request.lines.first
+      socket.close
+    end
+    http = client(srv.url)
+    http.get("/")
+    assert_raises(Weft::HTTP::ConnectionReset) { http.post("/charge", body: "once") }
+    assert_equal 1, attempts.size
+    assert_equal 1, srv.connections
+  end
+
+  def test_fresh_connection_closing_early_is_not_retried
+    srv = scripted(->(socket) { socket.close })
+    assert_raises(Weft::HTTP::ConnectionReset) { client(srv.url).get("/") }
+    assert_equal 1, srv.connections
+  end
+
+  def test_an_idle_connection_closed_by_the_server_is_replaced_silently
+    srv = server(raw: true) do |socket|
+      socket.readpartial(65_536)
+      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+      sleep 0.05
+      socket.close # idle close, as a server's keep-alive timeout does
+    end
+    http = client(srv.url)
+    3.times do
+      assert_equal "ok", http.get("/").body
+      sleep 0.15
+    end
+    assert_equal 3, srv.connections
+    assert_operator http.statistics.fetch(srv.url)[:discarded], :>=, 2
+  end
+
+  def test_too_many_redirects
+    srv = server { |r| [302, { "location" => "/again#{r.path.size}" }, ""] }
+    assert_raises(Weft::HTTP::TooManyRedirects) { client(srv.url, follow: 3).get("/") }
+    assert_equal 4, srv.requests.size
+  end
+end
