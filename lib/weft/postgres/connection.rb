@@ -1,0 +1,123 @@
+# frozen_string_literal: true
+
+require "pg"
+require_relative "errors"
+require_relative "../timers"
+
+module Weft
+  module Postgres
+    # One server connection as the pool keeps it: the PG::Connection plus what the pool needs
+    # to know about it (age, last use, owning process, pipeline or plain mode).
+    #
+    # A connection is in one of two modes. In plain mode it is an ordinary `pg` connection, as
+    # handed to `Pool#with`. In pipeline mode libpq's pipeline is on and the connection is
+    # nonblocking at the Ruby level too, so sends only buffer and Weft decides when to flush
+    # and when to wait; Pipeline drives it.
+    class Connection
+      # @return [PG::Connection]
+      attr_reader :raw
+      # @return [Float] monotonic time the connection was opened
+      attr_reader :opened_at
+      # @return [Float] monotonic time the connection was last given back to the pool
+      attr_accessor :released_at
+      # @return [Integer] the process that opened it
+      attr_reader :pid
+      # @return [Pipeline, nil] set while the connection is in pipeline mode
+      attr_accessor :pipeline
+
+      # Opens a connection; raises ConnectionError naming the server when that fails.
+      # @param settings [Settings]
+      # @return [Connection]
+      def self.open(settings)
+        raw = PG.connect(settings.conninfo)
+        new(raw)
+      rescue PG::ConnectionBad => e
+        raise ConnectionError, "could not connect to PostgreSQL at #{settings.address}: #{e.message.strip}"
+      end
+
+      # @param raw [PG::Connection] an open connection
+      def initialize(raw)
+        @raw = raw
+        @pid = Process.pid
+        @opened_at = Timers.now
+        @released_at = @opened_at
+        @pipelined = false
+        @pipeline = nil
+        @broken = false
+      end
+
+      # @return [Boolean] whether libpq's pipeline mode is on
+      def pipelined?
+        @pipelined
+      end
+
+      # Switches to pipeline mode (from idle plain mode).
+      def enter_pipeline_mode
+        return if @pipelined
+        @raw.setnonblocking(true) # sends only buffer; Pipeline flushes and waits itself
+        @raw.enter_pipeline_mode
+        @pipelined = true
+      end
+
+      # Switches back to plain mode; the pipeline must be empty.
+      def exit_pipeline_mode
+        return unless @pipelined
+        @raw.exit_pipeline_mode
+        @raw.setnonblocking(false)
+        @pipelined = false
+      end
+
+      # Marks the connection unusable; the pool closes it instead of reusing it.
+      def broken!
+        @broken = true
+      end
+
+      # A cheap check that needs no round trip: reads whatever the server sent while the
+      # connection sat idle (a server restart leaves an error and end-of-file there) and asks
+      # libpq whether the connection is still good.
+      # @return [Boolean]
+      def usable?
+        return false if @broken || @raw.finished?
+        @raw.consume_input
+        @raw.status == PG::CONNECTION_OK && @raw.transaction_status == PG::PQTRANS_IDLE
+      rescue PG::Error, IOError, SystemCallError
+        false
+      end
+
+      # @return [Float] seconds since the connection was opened
+      def age
+        Timers.now - @opened_at
+      end
+
+      # @return [Float] seconds since the connection was last given back
+      def idle_time
+        Timers.now - @released_at
+      end
+
+      # Closes the connection politely (libpq sends Terminate).
+      def close
+        @raw.finish unless @raw.finished?
+      rescue PG::Error, IOError, SystemCallError
+        nil
+      end
+
+      # Lets go of a connection this process inherited across fork without touching the
+      # parent's session: the socket is shared with the parent, so saying goodbye on it (or
+      # letting the garbage collector's finish do so) would end the parent's connection. The
+      # child's copy of the descriptor is pointed at /dev/null first, so libpq's Terminate goes
+      # nowhere and closing it only closes the child's copy.
+      def forget_inherited
+        return if @raw.finished?
+        fd = @raw.socket
+        if fd && fd >= 0
+          File.open(File::NULL, "r+") do |null|
+            IO.for_fd(fd, autoclose: false).reopen(null)
+          end
+        end
+        @raw.finish
+      rescue PG::Error, IOError, SystemCallError
+        nil
+      end
+    end
+  end
+end

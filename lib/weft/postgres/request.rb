@@ -1,0 +1,64 @@
+# frozen_string_literal: true
+
+module Weft
+  module Postgres
+    # One statement on its way through a shared connection's pipeline, and the hand-off of its
+    # outcome to the fiber (or thread) that waits for it.
+    #
+    # Every field is read and written under the pool's lock; `condition` is signalled when the
+    # request is settled or when its waiter is asked to take over reading the connection.
+    class Request
+      # @return [String]
+      attr_reader :sql
+      # @return [Array]
+      attr_reader :params
+      # @return [Thread::ConditionVariable] what the waiter sleeps on
+      attr_reader :condition
+      # @return [Float, nil] monotonic time it was handed to libpq
+      attr_accessor :sent_at
+      # @return [PG::Result, nil] the statement's result as it arrives, before its sync point
+      attr_accessor :result
+
+      def initialize(sql, params)
+        @sql = sql
+        @params = params
+        @condition = Thread::ConditionVariable.new
+        @sent_at = nil
+        @result = nil
+        @settled = false
+        @error = nil
+        @abandoned = false
+      end
+
+      # Records the outcome and wakes the waiter.
+      # @param error [Exception, nil] raised by #value when set
+      def settle(error = nil)
+        @settled = true
+        @error = error
+        @condition.signal
+      end
+
+      # @return [Boolean]
+      def settled?
+        @settled
+      end
+
+      # @return [PG::Result] the result
+      # @raise the error the request was settled with
+      def value
+        raise @error if @error
+        @result
+      end
+
+      # The waiter left (it was cancelled or timed out): the result will be thrown away.
+      def abandon
+        @abandoned = true
+      end
+
+      # @return [Boolean]
+      def abandoned?
+        @abandoned
+      end
+    end
+  end
+end
