@@ -13,3 +13,11 @@ module Weft
   module HTTP
   end
 end
+
+# With Faraday loaded, `f.adapter :weft` works without requiring the adapter explicitly.
+if defined?(Faraday::Adapter) && Faraday::Adapter.respond_to?(:register_middleware)
+  Faraday::Adapter.register_middleware(weft: lambda {
+    require_relative "http/faraday"
+    Weft::HTTP::FaradayAdapter
+  })
+end
