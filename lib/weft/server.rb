@@ -60,6 +60,11 @@ module Weft
       @multiprocess = !worker_index.nil?
     end
 
+    def inspect
+      "#<#{self.class.name} #{bound_urls.join(' ')}#{" worker=#{@worker_index}" if @worker_index}>"
+    end
+    alias to_s inspect
+
     # Serves until #stop, then finishes in-flight requests (up to shutdown_timeout) and
     # returns. Runs its own reactor, or inside the caller's when called under Weft.run.
     def run
@@ -155,6 +160,12 @@ module Weft
       rescue Connection::ClientGone, Connection::ClientTimeout => e
         error ||= e
         raise
+      rescue ResponseWriter::InvalidResponse => e
+        # Caught before a byte was written: the client gets a clean 500.
+        error ||= e
+        log_error("#{env['REQUEST_METHOD']} #{env['PATH_INFO']} (invalid response)", e)
+        status = 500
+        keep_alive = ResponseWriter.write(connection, env, *server_error, false)
       rescue StandardError => e
         # The body failed while streaming: the head is probably out, so the only honest
         # thing left is to cut the connection.

@@ -52,6 +52,11 @@ module Weft
         @handshaken = !listener.ssl?
       end
 
+      def inspect
+        "#<#{self.class.name} #{@remote_addr} requests=#{@requests}#{' closed' if @closed}>"
+      end
+      alias to_s inspect
+
       # @return [Hash] env entries shared by every request on this connection
       def env_template
         @env_template ||= @server.env_template(@listener, @remote_addr)
@@ -172,8 +177,8 @@ module Weft
         return unless read_available(wait_timeout)
         loop do
           keep_alive = serve_one
+          return if @detached # hijacked: the socket is the app's now
           return close unless keep_alive
-          return if @detached
           next unless @buffer.empty? # pipelined requests are answered in order
           return unless read_available(@server.config[:idle_timeout])
         end

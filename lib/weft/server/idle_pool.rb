@@ -99,6 +99,8 @@ module Weft
           io.wait_readable
           @epoll.ready_fds.each { |fd| wake(fd) }
         end
+      rescue IOError
+        nil # closed by #close_all while the cancellation was on its way
       end
 
       def wake(fd)

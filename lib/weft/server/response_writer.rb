@@ -13,6 +13,9 @@ module Weft
     # get the raw connection after the head, which then belongs to the app. Headers may be in
     # Rack 3 form (lowercase names, Array values) or Rack 2 form (any case, "\n"-joined values).
     module ResponseWriter
+      # The app's status or headers cannot be sent (nothing was written yet).
+      class InvalidResponse < StandardError; end
+
       STATUS_LINES = Hash.new do |lines, status|
         reason = Rack::Utils::HTTP_STATUS_CODES[status] || "Status #{status}"
         lines[status] = "HTTP/1.1 #{status} #{reason}\r\n".b.freeze
@@ -35,7 +38,8 @@ module Weft
 
       # @return [Boolean] whether the connection can stay open
       def write(connection, env, status, headers, body, keep_alive)
-        status = status.to_i
+        status = Integer(status) rescue raise(InvalidResponse, "invalid status #{status.inspect}") # rubocop:disable Style/RescueModifier
+        raise InvalidResponse, "invalid status #{status}" unless status.between?(100, 999)
         head_request = env["REQUEST_METHOD"] == "HEAD"
         http10 = env["SERVER_PROTOCOL"] == "HTTP/1.0"
         bodyless = status < 200 || status == 204 || status == 304
@@ -141,7 +145,7 @@ module Weft
           if value.include?("\n")
             value.split("\n").each { |item| append_header(head, name, item) }
           else
-            raise ArgumentError, "invalid character in header #{name}" if value.match?(/[\r\0]/) || !valid_name?(name)
+            raise InvalidResponse, "invalid character in header #{name}" if value.match?(/[\r\0]/) || !valid_name?(name)
             head << name << ": " << value << CRLF
           end
         end

@@ -14,6 +14,10 @@ module Weft
         @write_closed = false
       end
 
+      def inspect
+        "#<#{self.class.name} #{@connection.inspect}>"
+      end
+
       # Reads up to `length` bytes (all until EOF when nil), like IO#read.
       def read(length = nil, buffer = nil)
         data = String.new(encoding: Encoding::BINARY)

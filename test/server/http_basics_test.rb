@@ -1,0 +1,141 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "support/server_helpers"
+
+class ServerHTTPBasicsTest < Minitest::Test
+  include Weft::Test::ServerHelpers
+
+  HELLO = ->(env) { [200, { "content-type" => "text/plain" }, ["hello #{env['PATH_INFO']}"]] }
+
+  def test_get_with_content_length_and_date
+    with_server(HELLO) do |_, port|
+      response = http_get(port, "/a?b=1")
+      assert_equal "200", response.code
+      assert_equal "hello /a", response.body
+      assert_equal "8", response["content-length"]
+      assert Time.httpdate(response["date"])
+    end
+  end
+
+  def test_keep_alive_reuses_one_connection
+    with_server(HELLO) do |server, port|
+      socket = connect(port)
+      3.times do |i|
+        socket.write("GET /#{i} HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = read_response(socket)
+        assert_equal "hello /#{i}", response.body
+        assert_nil response["connection"]
+      end
+      assert_equal 1, server.statistics.connections_accepted
+    end
+  end
+
+  def test_pipelined_requests_are_answered_in_order
+    slow_first = lambda do |env|
+      sleep 0.2 if env["PATH_INFO"] == "/1"
+      HELLO.call(env)
+    end
+    with_server(slow_first) do |_, port|
+      socket = connect(port)
+      socket.write((1..4).map { |i| "GET /#{i} HTTP/1.1\r\nHost: x\r\n\r\n" }.join)
+      bodies = Array.new(4) { read_response(socket).body }
+      assert_equal ["hello /1", "hello /2", "hello /3", "hello /4"], bodies
+    end
+  end
+
+  def test_connection_close_from_client
+    with_server(HELLO) do |_, port|
+      response, socket = raw_request(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_equal "close", response["connection"]
+      assert closed_by_server?(socket)
+    end
+  end
+
+  def test_http_1_0_closes_unless_keep_alive_asked
+    with_server(HELLO) do |_, port|
+      response, socket = raw_request(port, "GET / HTTP/1.0\r\n\r\n")
+      assert_equal 200, response.status
+      assert closed_by_server?(socket)
+
+      response, socket = raw_request(port, "GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+      assert_equal "keep-alive", response["connection"]
+      socket.write("GET /again HTTP/1.0\r\n\r\n")
+      assert_equal "hello /again", read_response(socket).body
+    end
+  end
+
+  def test_http_1_0_streamed_body_is_close_delimited
+    app = ->(_env) { [200, { "content-type" => "text/plain" }, Enumerator.new { |y| y << "a" << "b" }] }
+    with_server(app) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+      raw = socket.read
+      assert_match(/connection: close/, raw)
+      refute_match(/transfer-encoding/i, raw)
+      assert raw.end_with?("\r\n\r\nab")
+    end
+  end
+
+  def test_head_has_headers_but_no_body
+    with_server(HELLO) do |_, port|
+      socket = connect(port)
+      socket.write("HEAD /x HTTP/1.1\r\nHost: x\r\n\r\nGET /y HTTP/1.1\r\nHost: x\r\n\r\n")
+      head = read_response(socket, head_request: true)
+      assert_equal "8", head["content-length"]
+      assert_equal "hello /y", read_response(socket).body # nothing leaked between them
+    end
+  end
+
+  def test_unknown_length_body_is_chunked
+    app = ->(_env) { [200, { "content-type" => "text/plain" }, Enumerator.new { |y| y << "one," << "" << "two" }] }
+    with_server(app) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      response = read_response(socket)
+      assert_equal "chunked", response["transfer-encoding"]
+      assert_equal "one,two", response.body
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") # still usable
+      assert_equal "one,two", read_response(socket).body
+    end
+  end
+
+  def test_no_body_statuses
+    app = ->(env) { [env["PATH_INFO"][1..].to_i, {}, []] }
+    with_server(app) do |_, port|
+      socket = connect(port)
+      %w[204 304].each do |code|
+        socket.write("GET /#{code} HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = read_response(socket)
+        assert_equal code.to_i, response.status
+        assert_nil response["content-length"]
+        assert_nil response["transfer-encoding"]
+      end
+    end
+  end
+
+  def test_max_requests_per_connection
+    with_server(HELLO, max_requests_per_connection: 2) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_nil read_response(socket)["connection"]
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "close", read_response(socket)["connection"]
+      assert closed_by_server?(socket)
+    end
+  end
+
+  def test_rack_env_contents
+    seen = nil
+    app = lambda do |env|
+      seen = env.slice("SERVER_NAME", "SERVER_PORT", "REMOTE_ADDR", "rack.url_scheme", "QUERY_STRING", "HTTP_X_THING", "SCRIPT_NAME")
+      [200, {}, []]
+    end
+    with_server(app) do |_, port|
+      http_get(port, "/p?q=1", "X-Thing" => "v")
+    end
+    assert_equal({ "SERVER_NAME" => "127.0.0.1", "SERVER_PORT" => seen["SERVER_PORT"], "REMOTE_ADDR" => "127.0.0.1",
+                   "rack.url_scheme" => "http", "QUERY_STRING" => "q=1", "HTTP_X_THING" => "v", "SCRIPT_NAME" => "" }, seen)
+    refute_equal "80", seen["SERVER_PORT"]
+  end
+end

@@ -1,0 +1,164 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "support/server_helpers"
+require "logger"
+require "stringio"
+
+class ServerRackFeaturesTest < Minitest::Test
+  include Weft::Test::ServerHelpers
+
+  def test_app_exception_gives_500_and_a_logged_backtrace
+    app = ->(_env) { raise ArgumentError, "boom in app" }
+    log = capture_log do
+      with_server(app) do |server, port|
+        assert_equal "500", http_get(port).code
+        assert_equal "500", http_get(port).code # the server carries on
+        assert_equal 2, server.statistics.responses_5xx
+      end
+    end
+    assert_match(/ArgumentError: boom in app/, log)
+    assert_match(/rack_features_test\.rb:\d+/, log) # the backtrace
+  end
+
+  def test_rack2_style_headers_and_body_close
+    closed = false
+    body = Object.new
+    body.define_singleton_method(:each) { |&block| %w[a b].each(&block) }
+    body.define_singleton_method(:close) { closed = true }
+    app = ->(_env) { [200, { "Content-Type" => "text/plain", "Set-Cookie" => "a=1\nb=2", "X-Multi" => %w[x y] }, body] }
+    with_server(app, lint: false) do |_, port|
+      response, = raw_request(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "ab", response.body
+      assert_equal "a=1\nb=2", response["set-cookie"]
+      assert_equal "x\ny", response["x-multi"]
+      assert_equal "text/plain", response["content-type"]
+    end
+    assert closed, "body.close was not called"
+  end
+
+  def test_header_injection_is_refused_with_500
+    app = ->(_env) { [200, { "x-evil" => "a\r\nset-cookie: pwned" }, ["x"]] }
+    log = capture_log do
+      with_server(app, lint: false) do |_, port|
+        response, = raw_request(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal 500, response.status
+        refute response["set-cookie"]
+      end
+    end
+    assert_match(/invalid character in header x-evil/, log)
+  end
+
+  def test_streaming_each_body_arrives_incrementally
+    app = lambda do |_env|
+      body = Enumerator.new do |out|
+        out << "event: one\n\n"
+        sleep 0.4
+        out << "event: two\n\n"
+      end
+      [200, { "content-type" => "text/event-stream" }, body]
+    end
+    with_server(app) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      started = Weft::Timers.now
+      head = +""
+      head << socket.readpartial(4096) until head.include?("event: one")
+      assert_operator Weft::Timers.now - started, :<, 0.3, "first event was held back"
+      rest = +""
+      rest << socket.readpartial(4096) until rest.include?("0\r\n\r\n")
+      assert_includes rest, "event: two"
+    end
+  end
+
+  def test_streaming_body_call_is_bidirectional
+    app = lambda do |_env|
+      body = proc do |stream|
+        stream.write("ready\n")
+        line = stream.read(4)
+        stream.write("echo:#{line}")
+        stream.close
+      end
+      [200, { "content-type" => "text/plain" }, body]
+    end
+    with_server(app) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      data = +""
+      data << socket.readpartial(4096) until data.include?("ready\n")
+      socket.write("ping")
+      data << socket.read
+      assert_match(/\AHTTP\/1.1 200 OK\r\n/, data)
+      assert data.end_with?("ready\necho:ping")
+    end
+  end
+
+  def test_partial_hijack
+    app = lambda do |env|
+      assert env["rack.hijack?"]
+      [200, { "rack.hijack" => ->(stream) { stream.write("raw bytes"); stream.close } }, []]
+    end
+    with_server(app) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      data = socket.read
+      assert data.end_with?("\r\n\r\nraw bytes")
+    end
+  end
+
+  def test_full_hijack_like_a_websocket_upgrade
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+      Thread.new do # the app owns the socket now, even beyond this request
+        message = io.readpartial(100)
+        io.write("echo:#{message}")
+        io.close
+      end
+      [200, {}, []]
+    end
+    with_server(app) do |server, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+      response = read_response(socket, head_request: true)
+      assert_equal 101, response.status
+      socket.write("hi")
+      assert_equal "echo:hi", socket.read
+      assert_equal 0, server.open_connections
+    end
+  end
+
+  def test_response_finished_callbacks
+    calls = Queue.new
+    app = lambda do |env|
+      env["rack.response_finished"] << ->(e, status, _headers, error) { calls << [e["PATH_INFO"], status, error] }
+      [201, {}, ["x"]]
+    end
+    with_server(app) do |_, port|
+      http_get(port, "/done")
+      assert_equal ["/done", 201, nil], calls.pop(timeout: 2)
+    end
+  end
+
+  def test_access_log
+    log = StringIO.new
+    with_server(->(_env) { [200, {}, []] }, access_log: log) do |_, port|
+      http_get(port, "/logged?x=1")
+    end
+    assert_match(%r{\A127\.0\.0\.1 - - \[.+\] "GET /logged\?x=1 HTTP/1.1" 200 - \d+\.\d{4}\n\z}, log.string)
+  end
+
+  def test_statistics_json_and_prometheus
+    with_server(->(_env) { [200, {}, ["x"]] }, stats_path: "/stats", metrics_path: "/metrics") do |_, port|
+      http_get(port, "/")
+      stats = JSON.parse(http_get(port, "/stats").body)
+      assert_operator stats["totals"]["requests"], :>=, 2
+      worker = stats["workers"].first
+      %w[in_flight connections_open fibers reactor_lag rss_bytes].each { |key| assert worker.key?(key), key }
+      metrics = http_get(port, "/metrics").body
+      assert_match(/^# TYPE weft_requests_total counter$/, metrics)
+      assert_match(/^weft_requests_total\{worker="",pid="\d+"\} \d+$/, metrics)
+      assert_match(/^weft_reactor_lag_seconds/, metrics)
+    end
+  end
+end

@@ -1,0 +1,86 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "support/server_helpers"
+require "digest"
+
+class ServerRequestBodyTest < Minitest::Test
+  include Weft::Test::ServerHelpers
+
+  # Answers with the body's size, its SHA-256 and the class of rack.input.
+  ECHO = lambda do |env|
+    input = env["rack.input"]
+    digest = Digest::SHA256.new
+    size = 0
+    while (chunk = input.read(65_536))
+      digest << chunk
+      size += chunk.bytesize
+    end
+    [200, { "content-type" => "text/plain" }, ["#{size} #{digest.hexdigest} #{input.class}"]]
+  end
+
+  # rack.input as the server hands it over (Rack::Lint wraps it).
+  INPUT_CLASS = lambda do |env|
+    [200, {}, [env["rack.input"].class.name]]
+  end
+
+  def test_content_length_body
+    with_server(ECHO) do |_, port|
+      response = Net::HTTP.start("127.0.0.1", port) { |http| http.post("/", "hello world") }
+      assert_equal "11 #{Digest::SHA256.hexdigest('hello world')} Rack::Lint::Wrapper::InputWrapper", response.body
+    end
+  end
+
+  def test_chunked_body_and_pipelined_request_after_it
+    with_server(ECHO) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n" \
+                   "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+      assert_equal "11 #{Digest::SHA256.hexdigest('hello world')}", read_response(socket).body.split[0, 2].join(" ")
+      assert_equal "3 #{Digest::SHA256.hexdigest('abc')}", read_response(socket).body.split[0, 2].join(" ")
+    end
+  end
+
+  def test_large_body_is_spooled_to_a_file
+    data = Random.new(1).bytes(3 * 1024 * 1024)
+    with_server(INPUT_CLASS, lint: false, spool_threshold: 100_000) do |_, port|
+      response = Net::HTTP.start("127.0.0.1", port) { |http| http.post("/", data) }
+      assert_equal "Tempfile", response.body
+      response = Net::HTTP.start("127.0.0.1", port) { |http| http.post("/", "small") }
+      assert_equal "StringIO", response.body
+    end
+    with_server(ECHO, spool_threshold: 100_000) do |_, port|
+      # A chunked upload larger than the threshold arrives intact too.
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+      data.bytes.each_slice(200_000) { |slice| socket.write("#{slice.size.to_s(16)}\r\n#{slice.pack('C*')}\r\n") }
+      socket.write("0\r\n\r\n")
+      assert_equal "#{data.bytesize} #{Digest::SHA256.hexdigest(data)}", read_response(socket).body.split[0, 2].join(" ")
+    end
+  end
+
+  def test_expect_100_continue
+    with_server(ECHO) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+      assert socket.wait_readable(2), "no 100 Continue"
+      assert_equal "HTTP/1.1 100 Continue\r\n\r\n", socket.readpartial(25)
+      socket.write("12345")
+      assert_equal 200, read_response(socket).status
+    end
+  end
+
+  def test_body_over_the_limit_gets_413
+    with_server(ECHO, max_body_bytes: 1000) do |_, port|
+      response, socket = raw_request(port, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n")
+      assert_equal 413, response.status
+      assert closed_by_server?(socket)
+
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+      socket.write("200\r\n#{'x' * 512}\r\n" * 3)
+      assert_equal 413, read_response(socket).status
+      assert closed_by_server?(socket)
+    end
+  end
+end

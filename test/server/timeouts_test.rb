@@ -1,0 +1,57 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "support/server_helpers"
+
+class ServerTimeoutsTest < Minitest::Test
+  include Weft::Test::ServerHelpers
+
+  HELLO = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
+  ECHO = ->(env) { [200, {}, [env["rack.input"].read]] }
+
+  def test_slowloris_head_gets_408_and_is_closed
+    with_server(HELLO, header_timeout: 0.5) do |server, port|
+      socket = connect(port)
+      assert_elapsed_under(3) do
+        socket.write("GET / HTTP/1.1\r\n")
+        6.times do
+          sleep 0.15
+          socket.write("X-A: b\r\n")
+        rescue Errno::EPIPE, Errno::ECONNRESET
+          break
+        end
+        response = read_response(socket)
+        assert_equal 408, response.status
+        assert closed_by_server?(socket)
+      end
+      assert_equal "ok", http_get(port).body
+      assert_operator server.statistics.client_errors, :>=, 1
+    end
+  end
+
+  def test_slow_body_gets_408
+    with_server(ECHO, body_timeout: 0.4) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+      assert_elapsed_under(2) do
+        assert_equal 408, read_response(socket).status
+        assert closed_by_server?(socket)
+      end
+    end
+  end
+
+  def test_idle_keep_alive_and_silent_connections_are_closed
+    with_server(HELLO, idle_timeout: 0.4, first_data_timeout: 0.4) do |server, port|
+      silent = connect(port)
+      used = connect(port)
+      used.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      read_response(used)
+      assert_elapsed_under(2) do
+        assert closed_by_server?(silent, within: 1.5)
+        assert closed_by_server?(used, within: 1.5)
+      end
+      sleep 0.05
+      assert_equal 0, server.open_connections
+    end
+  end
+end
