@@ -54,6 +54,7 @@ module Weft
         write_pidfile
         @app = @loader.call if @config[:preload]
         trap_signals
+        Process.setproctitle("weft master#{" (#{@config[:tag]})" if @config[:tag]}")
         @log.info("weft master #{Process.pid}: #{@count} workers, listening on #{@listeners.map(&:bound_url).join(', ')}")
         @count.times { |index| spawn_worker(index) }
         supervise until @stopping && @workers.empty?
