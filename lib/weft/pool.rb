@@ -33,7 +33,8 @@ module Weft
 
     # Bookkeeping for one live resource.
     Entry = Struct.new(:resource, :created_at, :used_at, :uses)
-    private_constant :Entry
+    NONE = [].freeze
+    private_constant :Entry, :NONE
 
     # @return [Integer] the most resources alive at once
     attr_reader :limit
@@ -264,7 +265,9 @@ module Weft
 
     # Under the lock: removes idle entries past their idle timeout or age.
     def take_expired(now)
-      return [] if @idle.empty? || (@idle_timeout.nil? && @max_age.nil?)
+      return NONE if @idle.empty? || (@idle_timeout.nil? && @max_age.nil?)
+      # @idle is ordered by last use, so without max_age only the oldest needs a look.
+      return NONE if @max_age.nil? && now - @idle.first.used_at < @idle_timeout
       expired, @idle = @idle.partition { |entry| expired?(entry, now) }
       @size -= expired.size
       @available.broadcast unless expired.empty?

@@ -3,7 +3,7 @@
 require_relative "../test_helper"
 require_relative "support"
 require "faraday"
-require "weft/http"
+require "weft/http/faraday"
 
 class HTTPFaradayAdapterTest < Minitest::Test
   def setup

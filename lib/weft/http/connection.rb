@@ -142,8 +142,9 @@ module Weft
       def start_body(method, status)
         @keep_alive = @parser.keep_alive?
         length = @parser.content_length
+        @keep_alive = false if status == 101 # the connection now speaks another protocol
         framing =
-          if method == "HEAD" || status == 204 || status == 304 || (status == 101)
+          if method == "HEAD" || status == 204 || status == 304 || status == 101
             :none
           elsif @parser.chunked?
             @decoder ||= HTTP1::ChunkedDecoder.new

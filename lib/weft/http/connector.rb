@@ -88,7 +88,9 @@ module Weft
       # Connects to the first of the host's addresses that accepts, in resolver order.
       def tcp(host, port, budget)
         last_error = nil
-        resolve(host, port, budget).each do |address|
+        addresses = resolve(host, port, budget)
+        raise DNSError, "#{host} resolved to no address" if addresses.empty?
+        addresses.each do |address|
           socket = Socket.new(address.afamily, :STREAM)
           begin
             connect(socket, address, budget)

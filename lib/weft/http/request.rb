@@ -44,6 +44,7 @@ module Weft
         @origin = origin
         @target = target
         @headers = normalize_headers(headers)
+        @names = @headers.map { |field, _| field.downcase }
         @body = body
         @body_start = body.respond_to?(:pos) ? safe_pos(body) : nil
       end
@@ -55,9 +56,8 @@ module Weft
 
       # @return [String, nil] the value of a field the caller set (case-insensitive)
       def [](name)
-        name = name.downcase
-        pair = @headers.find { |key, _| key.downcase == name }
-        pair && pair[1]
+        index = @names.index(name.downcase)
+        index && @headers[index][1]
       end
 
       # Whether the request may be sent again after a stale connection failed it: the method is
