@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "pg"
+require "socket"
 require_relative "errors"
 require_relative "../timers"
 
@@ -72,13 +73,21 @@ module Weft
         @broken = true
       end
 
-      # A cheap check that needs no round trip: reads whatever the server sent while the
-      # connection sat idle (a server restart leaves an error and end-of-file there) and asks
-      # libpq whether the connection is still good.
+      # A cheap check that needs no round trip and never waits: reads whatever the server sent
+      # while the connection sat idle (a terminated backend or a server restart leaves an error
+      # and end-of-file there) and asks libpq whether the connection is still good.
       # @return [Boolean]
       def usable?
         return false if @broken || @raw.finished?
-        @raw.consume_input
+        io = @raw.socket_io
+        loop do
+          peeked = io.recv_nonblock(1, Socket::MSG_PEEK, exception: false)
+          break if peeked == :wait_readable
+          return false if peeked.nil? || peeked.empty? # end of file: the server hung up
+
+          @raw.consume_input
+          return false unless @raw.status == PG::CONNECTION_OK
+        end
         @raw.status == PG::CONNECTION_OK && @raw.transaction_status == PG::PQTRANS_IDLE
       rescue PG::Error, IOError, SystemCallError
         false

@@ -128,6 +128,9 @@ module Weft
         end
       ensure
         @waiters.delete(condition)
+        # Pass the reader role on. The waiter a leaving reader signalled may have been settled
+        # in the same batch and be leaving too; then it passes the role on here, and so on.
+        @waiters.first&.signal unless @reader
       end
 
       # Reads results until the block is true, as the connection's reader.

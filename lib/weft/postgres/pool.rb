@@ -290,6 +290,7 @@ module Weft
         connection.enter_pipeline_mode
         connection.pipeline ||= Pipeline.new(connection, @lock, self, @settings.address)
         @shared << connection
+        @slot_freed.broadcast if @waiting.positive? # room for up to pipeline_depth of them
         connection.pipeline
       end
 

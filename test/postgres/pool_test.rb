@@ -1,0 +1,308 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "weft/postgres"
+
+# Weft::Postgres::Pool against the shared throwaway cluster: results, pipelining across
+# fibers, per-caller errors, ordering, the depth bound, pins, transactions, timeouts.
+class PostgresPoolTest < Minitest::Test
+  def setup
+    @pools = []
+  end
+
+  def teardown
+    @pools.each(&:close)
+  end
+
+  def pool(**options)
+    Weft::Postgres::Pool.new(postgres.url, **options).tap { |created| @pools << created }
+  end
+
+  # Runs the block in a reactor with a deadline, so a hang fails fast.
+  def reactor(seconds = 20, &block)
+    Weft.run { Weft.timeout(seconds, &block) }
+  end
+
+  def test_query_returns_a_result_with_parameters_and_nulls
+    db = pool(size: 2)
+    reactor do
+      result = db.query("select $1::int + 1 as n, $2::text as t, $3::text is null as null", 41, "hé", nil)
+      assert_kind_of PG::Result, result
+      assert_equal [{ "n" => "42", "t" => "hé", "null" => "t" }], result.to_a
+    end
+  end
+
+  def test_many_fibers_share_few_connections_each_in_its_own_order
+    db = pool(size: 4)
+    results = reactor do
+      tasks = Array.new(100) do |fiber|
+        Weft.spawn { Array.new(20) { |i| db.query("select $1::int", (fiber * 100) + i).getvalue(0, 0).to_i } }
+      end
+      Weft.gather(tasks)
+    end
+    results.each_with_index { |values, fiber| assert_equal Array.new(20) { |i| (fiber * 100) + i }, values }
+    stats = db.statistics
+    assert_operator stats[:connects], :<=, 4
+    assert_equal 2000, stats[:pipelined]
+    assert_operator stats[:max_depth], :>, 1, "statements were not pipelined: #{stats.inspect}"
+  end
+
+  def test_an_error_fails_only_its_own_statement_and_the_next_one_is_correct
+    db = pool(size: 1) # every statement on one connection, in one pipeline
+    outcomes = reactor do
+      tasks = Array.new(30) do |i|
+        Weft.spawn do
+          sql = i % 3 == 1 ? "select * from no_such_table_#{i}" : "select $1::int * 2"
+          db.query(sql, *(i % 3 == 1 ? [] : [i])).getvalue(0, 0).to_i
+        rescue PG::Error => e
+          e
+        end
+      end
+      Weft.gather(tasks)
+    end
+    outcomes.each_with_index do |outcome, i|
+      if i % 3 == 1
+        assert_kind_of PG::UndefinedTable, outcome
+        assert_includes outcome.message, "no_such_table_#{i}"
+      else
+        assert_equal i * 2, outcome
+      end
+    end
+    assert_equal 1, db.statistics[:connects]
+    assert_equal 0, db.statistics[:discarded]
+    reactor { assert_equal "ok", db.query("select 'ok'").getvalue(0, 0) }
+  end
+
+  def test_in_flight_depth_is_bounded
+    db = pool(size: 1, pipeline_depth: 3)
+    seen = []
+    reactor do
+      tasks = Array.new(15) { Weft.spawn { db.query("select pg_sleep(0.01)") } }
+      watcher = Weft.spawn do
+        until tasks.all?(&:done?)
+          seen << db.statistics[:in_flight]
+          sleep 0.002
+        end
+      end
+      Weft.gather(tasks)
+      watcher.wait
+    end
+    assert_operator seen.max, :<=, 3
+    assert_equal 3, db.statistics[:max_depth]
+  end
+
+  def test_slow_statements_overlap_across_connections
+    db = pool(size: 10)
+    reactor do
+      assert_elapsed_under(2.0) do
+        Weft.gather(Array.new(10) { Weft.spawn { db.query("select pg_sleep(0.5)") } })
+      end
+    end
+  end
+
+  def test_without_pipelining_statements_still_overlap
+    db = pool(size: 10, pipelining: false)
+    refute db.pipelining?
+    reactor do
+      assert_elapsed_under(2.0) do
+        values = Weft.gather(Array.new(10) { |i| Weft.spawn { db.query("select pg_sleep(0.5), $1::int", i).getvalue(0, 1) } })
+        assert_equal (0...10).map(&:to_s), values
+      end
+    end
+    assert_equal 0, db.statistics[:pipelined]
+  end
+
+  def test_with_pins_a_connection_out_of_the_shared_set
+    db = pool(size: 2)
+    reactor do
+      db.with do |conn|
+        conn.exec("set application_name = 'pinned'")
+        assert_equal "pinned", conn.exec("show application_name").getvalue(0, 0)
+        pinned_pid = conn.backend_pid
+        others = Weft.gather(Array.new(10) { Weft.spawn { db.query("select pg_backend_pid()").getvalue(0, 0).to_i } })
+        refute_includes others, pinned_pid
+        assert_equal 1, db.statistics[:pinned]
+      end
+    end
+  end
+
+  def test_transaction_commits_and_rolls_back
+    db = pool(size: 2)
+    reactor do
+      db.query("create table if not exists tx_test (v int)")
+      db.query("truncate tx_test")
+      db.transaction { |conn| conn.exec("insert into tx_test values (1)") }
+      assert_raises(RuntimeError) do
+        db.transaction do |conn|
+          conn.exec("insert into tx_test values (2)")
+          raise "boom"
+        end
+      end
+      assert_raises(Weft::Postgres::TransactionRolledBack) do
+        db.transaction do |conn|
+          conn.exec("insert into tx_test values (3)")
+          conn.exec("select 1/0") rescue PG::DivisionByZero # rubocop:disable Style/RescueModifier
+        end
+      end
+      assert_equal [["1"]], db.query("select v from tx_test order by v").values
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  def test_cancelled_transaction_rolls_back_cancels_the_statement_and_keeps_the_connection
+    db = pool(size: 1)
+    reactor do
+      db.query("create table if not exists tx_cancel (v int)")
+      db.query("truncate tx_cancel")
+      task = Weft.spawn do
+        db.transaction do |conn|
+          conn.exec("insert into tx_cancel values (1)")
+          conn.exec("select pg_sleep(30)")
+        end
+      end
+      sleep 0.2
+      assert_elapsed_under(1.5) do
+        task.cancel
+        assert_nil task.wait
+        assert task.cancelled?
+      end
+      assert_equal "0", db.query("select count(*) from tx_cancel").getvalue(0, 0)
+      assert_equal "0", db.query("select count(*) from pg_stat_activity where query like 'select pg_sleep(30)%'").getvalue(0, 0)
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  def test_cancelled_pipelined_statement_is_cancelled_on_the_server
+    db = pool(size: 1)
+    reactor do
+      task = Weft.spawn { db.query("select pg_sleep(30)") }
+      sleep 0.2
+      assert_elapsed_under(1.5) do
+        task.cancel
+        task.wait
+      end
+      assert task.cancelled?
+      activity = db.query("select count(*) from pg_stat_activity where query = 'select pg_sleep(30)' and state = 'active'")
+      assert_equal "0", activity.getvalue(0, 0)
+      assert_equal "after", db.query("select 'after'").getvalue(0, 0)
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  def test_abandoned_statement_behind_others_does_not_disturb_their_results
+    db = pool(size: 1)
+    reactor do
+      first = Weft.spawn { db.query("select pg_sleep(0.3), 'first'").getvalue(0, 1) }
+      abandoned = Weft.spawn { db.query("select 'abandoned'") }
+      last = Weft.spawn { db.query("select 'last'").getvalue(0, 0) }
+      sleep 0.05
+      abandoned.cancel
+      assert_equal "first", first.wait
+      assert_equal "last", last.wait
+      assert abandoned.cancelled?
+      assert_equal "again", db.query("select 'again'").getvalue(0, 0)
+    end
+  end
+
+  def test_timeout_around_a_query_leaves_the_pool_healthy
+    db = pool(size: 1)
+    reactor do
+      assert_raises(Weft::TimeoutError) { Weft.timeout(0.2) { db.query("select pg_sleep(30)") } }
+      assert_elapsed_under(1.0) { assert_equal "1", db.query("select 1").getvalue(0, 0) }
+    end
+  end
+
+  def test_statement_timeout_option
+    db = pool(size: 1, statement_timeout: 0.2)
+    reactor do
+      error = assert_elapsed_under(1.5) { assert_raises(PG::QueryCanceled) { db.query("select pg_sleep(5)") } }
+      assert_match(/statement timeout/, error.message)
+      assert_equal "fine", db.query("select 'fine'").getvalue(0, 0)
+      db.with { |conn| assert_raises(PG::QueryCanceled) { conn.exec("select pg_sleep(5)") } }
+    end
+  end
+
+  def test_checkout_timeout_raises_pool_timeout
+    db = pool(size: 1, checkout_timeout: 0.2)
+    reactor do
+      holder = Weft.spawn { db.with { sleep 1 } }
+      error = assert_elapsed_under(0.8) { assert_raises(Weft::Postgres::PoolTimeout) { db.with {} } }
+      assert_match(/within 0.2s/, error.message)
+      assert_raises(Weft::Postgres::PoolTimeout) { db.query("select 1") }
+      holder.wait
+      assert_equal "1", db.query("select 1").getvalue(0, 0)
+    end
+  end
+
+  def test_pin_waits_for_a_shared_connection_to_drain
+    db = pool(size: 1)
+    reactor do
+      busy = Array.new(5) { Weft.spawn { db.query("select pg_sleep(0.1)") } }
+      pid = assert_elapsed_under(3.0) { db.with(&:backend_pid) }
+      assert_kind_of Integer, pid
+      Weft.gather(busy)
+    end
+  end
+
+  def test_query_refuses_to_open_a_transaction
+    db = pool(size: 1)
+    reactor do
+      assert_raises(ArgumentError) { db.query("BEGIN") }
+      assert_raises(ArgumentError) { db.query("  start transaction isolation level serializable") }
+    end
+  end
+
+  def test_max_lifetime_and_idle_timeout_replace_connections
+    db = pool(size: 1, max_lifetime: 0.2)
+    reactor do
+      first = db.query("select pg_backend_pid()").getvalue(0, 0)
+      sleep 0.3
+      refute_equal first, db.query("select pg_backend_pid()").getvalue(0, 0)
+    end
+    idle = pool(size: 1, idle_timeout: 0.1)
+    reactor do
+      idle.query("select 1")
+      sleep 0.2
+      idle.reap
+      assert_equal 0, idle.statistics[:size]
+    end
+  end
+
+  def test_a_connection_killed_while_idle_is_replaced
+    db = pool(size: 1)
+    reactor do
+      pid = db.query("select pg_backend_pid()").getvalue(0, 0)
+      postgres.psql("select pg_terminate_backend(#{pid})")
+      sleep 0.1
+      refute_equal pid, db.query("select pg_backend_pid()").getvalue(0, 0)
+      assert_equal 1, db.statistics[:discarded]
+    end
+  end
+
+  def test_database_url_is_the_default
+    previous = ENV["DATABASE_URL"]
+    ENV["DATABASE_URL"] = postgres.url
+    db = Weft::Postgres::Pool.new(size: 1).tap { |created| @pools << created }
+    reactor { assert_equal "1", db.query("select 1").getvalue(0, 0) }
+  ensure
+    ENV["DATABASE_URL"] = previous
+  end
+
+  def test_usable_from_plain_threads
+    db = pool(size: 3)
+    threads = Array.new(4) do |t|
+      Thread.new { Array.new(25) { |i| db.query("select $1::int", (t * 100) + i).getvalue(0, 0).to_i } }
+    end
+    threads.each_with_index { |thread, t| assert_equal Array.new(25) { |i| (t * 100) + i }, thread.value }
+  end
+
+  def test_statistics
+    db = pool(size: 3)
+    reactor { Weft.gather(Array.new(6) { Weft.spawn { db.query("select 1") } }) }
+    stats = db.statistics
+    assert_equal 3, stats[:max_size]
+    assert_equal 6, stats[:queries]
+    assert_equal 0, stats[:busy]
+    assert_equal stats[:size], stats[:idle]
+  end
+end
