@@ -1,0 +1,72 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "net/http"
+require "rbconfig"
+require "tempfile"
+
+# ActiveRecord 7.2 and Sequel apps served by Weft's server (`weft serve`, a real process) with
+# DATABASE_URL: ten requests that each sleep 0.5 s in PostgreSQL overlap.
+class PostgresFrameworksTest < Minitest::Test
+  ROOT = File.expand_path("../..", __dir__)
+  APPS = File.join(__dir__, "apps")
+
+  def test_active_record_requests_overlap_under_weft
+    serve(File.join(APPS, "active_record.ru")) do |port|
+      assert_equal "probe p 1", get(port, "/probe")
+      assert_overlapping_sleeps(port)
+    end
+  end
+
+  def test_sequel_requests_overlap_under_weft
+    serve(File.join(APPS, "sequel.ru")) do |port|
+      assert_equal "probe s", get(port, "/probe")
+      assert_overlapping_sleeps(port)
+    end
+  end
+
+  private
+
+  def assert_overlapping_sleeps(port)
+    bodies = assert_elapsed_under(2.0, "10 x pg_sleep(0.5) did not overlap") do
+      Array.new(10) { Thread.new { get(port, "/sleep") } }.map(&:value)
+    end
+    assert_equal Array.new(10) { "slept " }, bodies
+  end
+
+  def get(port, path)
+    response = Net::HTTP.start("127.0.0.1", port, open_timeout: 5, read_timeout: 10) { |http| http.get(path) }
+    assert_equal "200", response.code, response.body
+    response.body
+  end
+
+  # Runs `weft serve` on the rackup file in a single process and yields its port.
+  def serve(rackup)
+    skip "Weft's server (exe/weft) is not available" unless File.exist?(File.join(ROOT, "lib/weft/server.rb"))
+    port = free_tcp_port
+    log = Tempfile.new("weft-serve")
+    env = { "DATABASE_URL" => postgres.url, "RUBYLIB" => File.join(ROOT, "lib") }
+    pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", rackup,
+                        "-b", "tcp://127.0.0.1:#{port}", "-w", "0", "-q", out: log.path, err: log.path, chdir: ROOT)
+    wait_until_listening(port, pid, log)
+    yield port
+  ensure
+    if pid
+      Process.kill("TERM", pid) rescue nil # rubocop:disable Style/RescueModifier
+      Process.wait(pid) rescue nil # rubocop:disable Style/RescueModifier
+    end
+    log&.close!
+  end
+
+  def wait_until_listening(port, pid, log)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+    loop do
+      TCPSocket.new("127.0.0.1", port).close
+      return
+    rescue SystemCallError
+      flunk "weft serve exited early:\n#{File.read(log.path)}" if Process.waitpid(pid, Process::WNOHANG)
+      flunk "weft serve did not listen within 20s:\n#{File.read(log.path)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.05
+    end
+  end
+end
