@@ -200,7 +200,7 @@ module Weft
       end
 
       def tls_context
-        @tls_context ||= build_tls_context
+        @tls_context || @sessions_lock.synchronize { @tls_context ||= build_tls_context }
       end
 
       def build_tls_context
