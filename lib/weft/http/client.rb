@@ -62,7 +62,7 @@ module Weft
         @base_url = base_url && parse_url(base_url)
         @base_origin = @base_url && Origin.from_uri(@base_url)
         @connector = Connector.new(ssl: @options[:ssl], proxy: build_proxy(@options[:proxy]))
-        @default_headers = Request.new("GET", Origin.new("http", "x", 80, nil), "/", headers: @options[:headers]).headers
+        @default_headers = Request.fields(@options[:headers])
         @pools = {}
         @pools_lock = Thread::Mutex.new
         @closed = false
@@ -153,8 +153,15 @@ module Weft
           separator = target.include?("?") ? "&" : "?"
           target = "#{target}#{separator}#{URI.encode_www_form(query)}"
         end
-        headers = headers ? @default_headers + Request.new("GET", origin, "/", headers: headers).headers : @default_headers
+        headers = headers ? merge_headers(Request.fields(headers)) : @default_headers
         Request.new(method, origin, target, headers: headers, body: body)
+      end
+
+      # The client's default fields, overridden by the request's own of the same name.
+      def merge_headers(fields)
+        return fields if @default_headers.empty?
+        names = fields.map { |name, _| name.downcase }
+        @default_headers.reject { |name, _| names.include?(name.downcase) } + fields
       end
 
       # @return [Array(Origin, String)] the origin and the request target for a URL

@@ -21,8 +21,6 @@ module Weft
 
       # @return [String] upper case
       attr_reader :method
-      # @return [URI::Generic] the absolute URL (for unix origins: unix:///socket with #target)
-      attr_reader :uri
       # @return [Origin]
       attr_reader :origin
       # @return [String] path and query, as on the request line
@@ -31,6 +29,21 @@ module Weft
       attr_reader :headers
       # @return [String, #read, Enumerable, nil]
       attr_reader :body
+
+      # Validates header fields and turns them into name/value String pairs.
+      # @param headers [Hash, Array<Array>, nil]
+      # @return [Array<Array(String, String)>]
+      # @raise [ArgumentError] for a name that is not a token or a value with CR, LF or NUL
+      def self.fields(headers)
+        return [] if headers.nil?
+        headers.map do |name, value|
+          name = name.to_s
+          value = value.is_a?(Array) ? value.join(", ") : value.to_s
+          raise ArgumentError, "invalid header field name #{name.inspect}" unless name.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/)
+          raise ArgumentError, "invalid value for header #{name}: #{value.inspect}" if value.match?(/[\r\n\x00]/)
+          [name, value]
+        end
+      end
 
       # @param method [String, Symbol]
       # @param origin [Origin]
@@ -43,7 +56,7 @@ module Weft
         raise ArgumentError, "invalid request target #{target.inspect}" unless target.start_with?("/") && !target.match?(/[\s\x00-\x1f\x7f]/)
         @origin = origin
         @target = target
-        @headers = normalize_headers(headers)
+        @headers = Request.fields(headers)
         @names = @headers.map { |field, _| field.downcase }
         @body = body
         @body_start = body.respond_to?(:pos) ? safe_pos(body) : nil
@@ -51,7 +64,7 @@ module Weft
 
       # @return [String] the URL, for messages and redirects
       def url
-        @origin.unix? ? "#{@origin}#{@target}" : "#{@origin}#{@target}"
+        "#{@origin}#{@target}"
       end
 
       # @return [String, nil] the value of a field the caller set (case-insensitive)
@@ -130,7 +143,8 @@ module Weft
       # @return [Request, nil]
       def redirect(status, location)
         uri = URI.join(url_for_join, location)
-        origin = uri.scheme == "unix" || location.start_with?("/") && @origin.unix? ? @origin : Origin.from_uri(uri)
+        relative = !location.match?(/\A[a-z][a-z0-9+.-]*:/i)
+        origin = relative ? @origin : Origin.from_uri(uri)
         target = uri.path.empty? ? "/" : uri.path
         target += "?#{uri.query}" if uri.query
         method = @method
@@ -159,17 +173,6 @@ module Weft
 
       def url_for_join
         @origin.unix? ? "http://localhost#{@target}" : url
-      end
-
-      def normalize_headers(headers)
-        return [] if headers.nil?
-        headers.map do |name, value|
-          name = name.to_s
-          value = value.is_a?(Array) ? value.join(", ") : value.to_s
-          raise ArgumentError, "invalid header field name #{name.inspect}" unless name.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/)
-          raise ArgumentError, "invalid value for header #{name}: #{value.inspect}" if value.match?(/[\r\n\x00]/)
-          [name, value]
-        end
       end
 
       def safe_pos(io)
