@@ -51,6 +51,7 @@ module Weft
         @reader = nil  # the condition variable of the waiter currently reading
         @fenced = false
         @draining = false
+        @flush_scheduled = false
       end
 
       # @return [Integer] statements in flight
@@ -91,7 +92,7 @@ module Weft
         @raw.__send__(SEND_SYNC)
         request.sent_at = Timers.now
         @queue << request
-        @raw.flush
+        schedule_flush
       rescue PG::Error, IOError, SystemCallError => e
         raise e unless @raw.status != PG::CONNECTION_OK || @queue.include?(request)
         lost(e)
@@ -117,6 +118,33 @@ module Weft
 
       private
 
+      # Under Weft, statements submitted during one turn of the reactor go out together: the
+      # first schedules a flush for the end of the turn (a timer callback in the loop fiber,
+      # which never waits), so many fibers' statements cost one write. Elsewhere (plain
+      # threads) each submit flushes at once.
+      def schedule_flush
+        return if @flush_scheduled
+        scheduler = Weft.scheduler
+        if scheduler && scheduler.thread.equal?(Thread.current)
+          @flush_scheduled = true
+          scheduler.timers.after(0) { deferred_flush }
+        else
+          @raw.flush
+        end
+      end
+
+      def deferred_flush
+        return unless @lock.try_lock # a thread holds it: the reader flushes on its next turn
+        begin
+          @flush_scheduled = false
+          @raw.flush unless @raw.finished?
+        rescue PG::Error, IOError, SystemCallError
+          nil # the reader meets the same failure and fails the statements in flight
+        ensure
+          @lock.unlock
+        end
+      end
+
       def wait_for(condition)
         @waiters << condition
         until yield
@@ -137,6 +165,7 @@ module Weft
       def lead(condition)
         @reader = condition
         until yield
+          @flush_scheduled = false
           events = @raw.flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
           settle_ready
           break if yield
