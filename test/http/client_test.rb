@@ -128,6 +128,9 @@ class HTTPClientTest < Minitest::Test
     http.get("/close")
     http.get("/close")
     assert_equal 2, srv.connections
+    http.get("/", headers: { "connection" => "close" }) # asked by the caller
+    http.get("/")
+    assert_equal 4, srv.connections
     raw = server(raw: true) do |socket|
       socket.readpartial(4096)
       socket.write("HTTP/1.0 200 OK\r\n\r\nuntil close")

@@ -52,13 +52,14 @@ module Weft
       # @return [Boolean] whether the connection may carry another request: idle, open, the last
       #   response allowed keep-alive and nothing unexpected is buffered
       def reusable?
-        @state == :idle && !@closed && @keep_alive && @buffer.empty?
+        @state == :idle && !@closed && @keep_alive && !@close_requested && @buffer.empty?
       end
 
       # A cheap check made before an idle connection is reused: the peer has not closed it or
       # sent anything unasked for. Peeks at the kernel socket without blocking or consuming.
       def healthy?
         return false unless reusable?
+        return false if @socket.respond_to?(:pending) && @socket.pending.positive? # TLS bytes buffered
         @io.recv_nonblock(1, Socket::MSG_PEEK, exception: false) == :wait_readable
       rescue StandardError
         false
@@ -73,6 +74,7 @@ module Weft
         @requests += 1
         @state = :writing
         @received = false
+        @close_requested = request.closes_connection?
         extra += @proxy_headers if @proxied
         head = request.head(absolute: @proxied, extra: extra)
         length = request.body_length

@@ -73,6 +73,13 @@ module Weft
         index && @headers[index][1]
       end
 
+      # @return [Boolean] whether the caller asked for the connection to close after this
+      #   request (Connection: close)
+      def closes_connection?
+        value = self["connection"]
+        !value.nil? && value.split(",").any? { |token| token.strip.casecmp?("close") }
+      end
+
       # Whether the request may be sent again after a stale connection failed it: the method is
       # idempotent and the body can be replayed.
       def retryable?
