@@ -151,11 +151,13 @@ class PoolTest < Minitest::Test
   end
 
   def test_a_forked_child_does_not_receive_the_parents_resources
-    pool, = build(limit: 1)
+    pool, = build(limit: 2)
     parent = pool.with { |r| r }
     reader, writer = IO.pipe
+    held = pool.checkout
     pid = fork do
       reader.close
+      pool.discard(held) # the parent's: forgotten, not closed
       child = pool.with { |r| r }
       writer.write(child.equal?(parent) ? "shared" : "fresh #{pool.statistics[:created]}")
       writer.close
@@ -165,6 +167,8 @@ class PoolTest < Minitest::Test
     Process.wait(pid)
     assert_equal "fresh 1", reader.read
     refute parent.closed, "the child must not close the parent's resource"
-    assert_same parent, pool.with { |r| r }
+    refute held.closed
+    pool.checkin(held)
+    assert_same held, pool.with { |r| r }
   end
 end

@@ -106,6 +106,7 @@ module Weft
     # Returns a resource to the pool for the next holder (or retires it if it is due).
     # @return [nil]
     def checkin(resource)
+      return forget_parent_resources if Process.pid != @pid
       retire = false
       @mutex.synchronize do
         entry = @busy.delete(resource)
@@ -128,6 +129,7 @@ module Weft
     # free at once.
     # @return [nil]
     def discard(resource)
+      return forget_parent_resources if Process.pid != @pid
       @mutex.synchronize do
         next unless @busy.delete(resource)
         @size -= 1
@@ -292,9 +294,8 @@ module Weft
     # In a forked child the inherited resources belong to the parent (a socket shared by two
     # processes interleaves their bytes), so the child forgets them without closing them.
     def forget_parent_resources
-      limit = @limit
       reset_state
-      @limit = limit
+      nil
     end
   end
 end
