@@ -8,6 +8,7 @@
 #
 # Stacks (one process each, same machine, loopback):
 #   Weft server (-w 0) + Weft::HTTP::Client
+#   Weft server (-w 0) + plain Net::HTTP (a new connection per call, still concurrent)
 #   Puma 6 (-t 5:5 -w 0) + Net::HTTP
 #   Falcon (--count 1) + async-http
 require_relative "support"
@@ -27,6 +28,9 @@ weft_available = File.exist?(File.join(Bench::ROOT, "exe/weft")) && File.exist?(
 stacks = {
   "Weft server + Weft::HTTP::Client" => lambda do |port|
     weft_available && %W[bundle exec exe/weft serve bench/http_client/app_weft.ru -b tcp://127.0.0.1:#{port} -w 0 -q]
+  end,
+  "Weft server + plain Net::HTTP" => lambda do |port|
+    weft_available && %W[bundle exec exe/weft serve bench/http_client/app_net_http.ru -b tcp://127.0.0.1:#{port} -w 0 -q]
   end,
   "Puma (5 threads) + Net::HTTP" => ->(port) { %W[bundle exec puma -q -b tcp://127.0.0.1:#{port} -t 5:5 -w 0 bench/http_client/app_net_http.ru] },
   "Falcon + async-http" => lambda do |port|
