@@ -69,6 +69,19 @@ class HTTPClientTest < Minitest::Test
     assert_equal 1, srv.connections
   end
 
+  def test_non_ascii_header_values_and_bodies_and_a_lying_length
+    srv = echo_server
+    http = client(srv.url)
+    body = "café ☕"
+    response = http.post("/u", body: body, headers: { "x-name" => "Zoë".b, "x-utf8" => "naïve" })
+    assert_equal "POST /u? #{body}".b, response.body
+    assert_equal "naïve".b, srv.requests.last.env["HTTP_X_UTF8"]
+    error = assert_raises(ArgumentError) { http.post("/", body: %w[abc].each, headers: { "content-length" => "10" }) }
+    assert_match(/ended after 3 of 10/, error.message)
+    assert_equal "GET /after? ", http.get("/after").body
+    assert_raises(ArgumentError) { http.get("/café") }
+  end
+
   def test_invalid_arguments_are_rejected_before_anything_is_sent
     http = client("http://127.0.0.1:1")
     assert_raises(ArgumentError) { http.get("/", headers: { "x-bad" => "a\r\nInjected: 1" }) }

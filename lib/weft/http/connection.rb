@@ -79,10 +79,16 @@ module Weft
         head = request.head(absolute: @proxied, extra: extra)
         length = request.body_length
         if length && length <= 16_384 && request.body.is_a?(String)
-          write(head + request.body, budget) # one segment for the common small request
+          write(head << request.body.b, budget) # one segment for the common small request
         elsif length
           write(head, budget)
-          request.each_body_piece { |piece| write(piece, budget) }
+          sent = 0
+          request.each_body_piece do |piece|
+            sent += piece.bytesize
+            raise ArgumentError, "the request body is longer than its length, #{length}" if sent > length
+            write(piece, budget)
+          end
+          raise ArgumentError, "the request body ended after #{sent} of #{length} bytes" if sent < length
         else
           write(head, budget)
           request.each_body_piece { |piece| write("#{piece.bytesize.to_s(16)}\r\n#{piece}\r\n", budget) }

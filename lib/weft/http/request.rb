@@ -40,7 +40,8 @@ module Weft
           name = name.to_s
           value = value.is_a?(Array) ? value.join(", ") : value.to_s
           raise ArgumentError, "invalid header field name #{name.inspect}" unless name.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/)
-          raise ArgumentError, "invalid value for header #{name}: #{value.inspect}" if value.match?(/[\r\n\x00]/)
+          value = value.b
+          raise ArgumentError, "invalid value for header #{name}: #{value.inspect}" if value.match?(/[\r\n\x00]/n)
           [name, value]
         end
       end
@@ -53,7 +54,9 @@ module Weft
       def initialize(method, origin, target, headers: nil, body: nil)
         @method = method.to_s.upcase
         raise ArgumentError, "invalid HTTP method #{method.inspect}" unless @method.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Z]+\z/)
-        raise ArgumentError, "invalid request target #{target.inspect}" unless target.start_with?("/") && !target.match?(/[\s\x00-\x1f\x7f]/)
+        unless target.start_with?("/") && target.ascii_only? && !target.match?(/[\s\x00-\x1f\x7f]/)
+          raise ArgumentError, "invalid request target #{target.inspect} (percent-encode spaces and non-ASCII)"
+        end
         @origin = origin
         @target = target
         @headers = Request.fields(headers)
@@ -102,7 +105,7 @@ module Weft
       # @return [String] binary, through the blank line
       def head(absolute: false, extra: [])
         target = absolute ? "#{@origin}#{@target}" : @target
-        head = +"#{@method} #{target} HTTP/1.1\r\n"
+        head = String.new("#{@method} #{target} HTTP/1.1\r\n", encoding: Encoding::BINARY)
         head << "Host: #{@origin.host_header}\r\n" unless self["host"]
         (@headers + extra).each { |name, value| head << name << ": " << value << "\r\n" }
         if (length = body_length)
@@ -111,7 +114,6 @@ module Weft
           head << "Transfer-Encoding: chunked\r\n" unless self["transfer-encoding"]
         end
         head << "\r\n"
-        head.force_encoding(Encoding::BINARY)
       end
 
       # @return [Integer, nil] the body's length if known up front (0 without a body)
