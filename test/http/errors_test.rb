@@ -72,6 +72,20 @@ class HTTPClientErrorsTest < Minitest::Test
     assert_elapsed_under(3) { assert_raises(Weft::HTTP::WriteTimeout) { http.post("/", body: body) } }
   end
 
+  def test_an_early_response_to_an_upload_is_reported
+    srv = server(raw: true) do |socket|
+      socket.readpartial(1024)
+      socket.write("HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\nconnection: close\r\n\r\ntoo big!")
+      socket.close
+    end
+    http = client(srv.url)
+    body = Enumerator.new { |y| 64.times { y << ("x" * 1_048_576) } }
+    response = assert_elapsed_under(3) { http.post("/upload", body: body) }
+    assert_equal 413, response.status
+    assert_equal "too big!", response.body
+    assert_equal 0, http.statistics.fetch(srv.url)[:size]
+  end
+
   def test_deadline_bounds_a_trickling_body
     srv = scripted(lambda do |socket|
       socket.write("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")

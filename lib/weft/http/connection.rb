@@ -95,6 +95,13 @@ module Weft
           write("0\r\n\r\n", budget)
         end
         @state = :sent
+      rescue ConnectionReset
+        raise if @state != :writing
+        # The server stopped reading, and may have said why first (413, 401...): read_head
+        # reports that response if it arrived, or the same failure if not. The connection
+        # cannot be reused either way.
+        @state = :sent
+        @close_requested = true
       end
 
       # Reads the response head, skipping interim (1xx) responses.
