@@ -69,12 +69,12 @@ module Weft
       end
 
       # Runs the block within the limit for `kind` when it cannot be expressed as an IO wait
-      # (getaddrinfo). Inside a reactor the scheduler's timer interrupts it; in a plain thread
-      # `fallback` is called with the seconds instead (getaddrinfo's own timeout).
+      # (getaddrinfo). Inside a reactor a scheduler timer interrupts it; in a plain thread the
+      # block gets the seconds to enforce itself (getaddrinfo's own timeout).
       def within(kind)
         seconds, error = limit(kind)
         raise error, message(kind, error) if seconds && seconds <= 0
-        return yield(seconds) unless seconds && Weft.respond_to?(:running?) && Weft.running?
+        return yield(seconds) unless seconds && Weft.running?
 
         begin
           Timeout.timeout(seconds, Expired) { yield(seconds) }

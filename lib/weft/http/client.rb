@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "uri"
+require_relative "../../weft"
 require_relative "../pool"
 require_relative "errors"
 require_relative "origin"
