@@ -15,7 +15,8 @@ require "async/http/version"
 cases = [
   ["sequential_https.rb", "40"],
   ["fan_out.rb", "1200"],
-  ["concurrent.rb", "5", "100"]
+  ["concurrent.rb", "5", "100"],
+  ["concurrent.rb", "5", "1000"]
 ]
 sections = cases.map do |script, *args|
   command = "bundle exec ruby bench/http_client/#{script} #{args.join(' ')}"

@@ -8,8 +8,8 @@ module Weft
   module HTTP
     # A response. Its body is read from the connection on demand, piece by piece
     # (#each_chunk) or at once (#body); the connection goes back to the pool the moment the
-    # body has been read to its end, and is closed if the response is closed (or garbage)
-    # before that: a half-read connection is never reused.
+    # body has been read to its end, and is closed if the response is closed before that: a
+    # half-read connection is never reused.
     class Response
       # @return [Integer]
       attr_reader :status
@@ -37,6 +37,7 @@ module Weft
         @inflater = decode ? inflater_for(@headers["content-encoding"]) : nil
         # The decoded body has neither the coding nor the length the server sent.
         @headers = @headers.without("content-encoding", "content-length") if @inflater
+        @inflated = false
         @body = nil
         @done = false
       end
