@@ -1,0 +1,297 @@
+# frozen_string_literal: true
+
+# Weft vs Puma vs Falcon, side by side in one run, with load from wrk and ab:
+#
+#   bundle exec ruby bench/server.rb            (BENCH_DURATION=10 seconds per wrk run)
+#
+# Scenarios (all servers: one process, same app bench/server/app.ru, RACK_ENV=production):
+#   hello world, 50 and 256 connections   wrk -t1 -cN -dD /
+#   sleep 10 ms, 256 connections          wrk -t1 -c256 -dD /sleep
+#   10 x select pg_sleep(1)               ab -c10 -n10 /pg   (private PostgreSQL cluster)
+#   10,000 idle keep-alive connections    RSS of the server before/after (bench/server/idle_client.rb)
+#
+# Writes bench/results/server.md (tables, ratios, charts) and bench/results/server.raw (tool output).
+require "bundler/setup"
+require "etc"
+require "fileutils"
+require "net/http"
+require "rbconfig"
+require "socket"
+require "timeout"
+
+ROOT = File.expand_path("..", __dir__)
+$LOAD_PATH.unshift(File.join(ROOT, "lib"), File.join(ROOT, "test"))
+require "weft/version"
+require "support/postgres_cluster"
+
+module ServerBench
+  APP = File.join(ROOT, "bench/server/app.ru")
+  DURATION = Integer(ENV.fetch("BENCH_DURATION", "10"))
+  IDLE_CONNECTIONS = Integer(ENV.fetch("BENCH_IDLE", "10000"))
+  RAW = File.join(ROOT, "bench/results/server.raw")
+  REPORT = File.join(ROOT, "bench/results/server.md")
+
+  # How each server is started: one process each, Puma with 5 threads.
+  SERVERS = {
+    "weft" => ->(port) { [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", APP, "-o", "127.0.0.1", "-p", port.to_s, "-w", "0", "-q"] },
+    "puma" => ->(port) { [RbConfig.ruby, Gem.bin_path("puma", "puma"), "-w", "0", "-t", "5:5", "-b", "tcp://127.0.0.1:#{port}", "-e", "production", "-q", APP] },
+    "falcon" => ->(port) { [RbConfig.ruby, Gem.bin_path("falcon", "falcon"), "serve", "--forked", "-n", "1", "-b", "http://127.0.0.1:#{port}", "-c", APP] }
+  }.freeze
+
+  module_function
+
+  def run
+    raise "wrk and ab are needed: apt-get install -y wrk apache2-utils" unless tool?("wrk") && tool?("ab")
+    limit = Process.getrlimit(:NOFILE)[1]
+    Process.setrlimit(:NOFILE, limit) # ulimit -n as high as allowed, inherited by servers and clients
+    FileUtils.mkdir_p(File.dirname(RAW))
+    @raw = File.open(RAW, "w")
+    postgres = Weft::Test::PostgresCluster.new.start
+    ENV["PG_CONNINFO"] = postgres.conninfo
+    ENV["RACK_ENV"] = "production"
+    results = Hash.new { |hash, key| hash[key] = {} }
+    SERVERS.each_key do |name|
+      with_server(name) do |port, pid|
+        log "== #{name} (pid #{pid})"
+        wrk(port, "/", 10, 2) # warm-up
+        results["hello, 50 connections"][name] = wrk(port, "/", 50, DURATION)
+        results["hello, 256 connections"][name] = wrk(port, "/", 256, DURATION)
+        results["sleep 10 ms, 256 connections"][name] = wrk(port, "/sleep", 256, DURATION)
+        results["10 x pg_sleep(1), ab -c10 -n10"][name] = ab_pg(port)
+        results["10,000 idle keep-alive connections"][name] = idle_rss(port, pid)
+      end
+    end
+    write_report(results, limit)
+    puts File.read(REPORT)
+  ensure
+    postgres&.destroy
+    @raw&.close
+  end
+
+  def tool?(name)
+    system("command -v #{name} > /dev/null 2>&1")
+  end
+
+  def log(text)
+    puts text
+    @raw.puts(text)
+    @raw.flush
+  end
+
+  def with_server(name)
+    port = free_port
+    pid = Process.spawn(*SERVERS.fetch(name).call(port), chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
+    wait_until_serving(port, pid)
+    yield port, pid
+  ensure
+    if pid
+      begin
+        Process.kill("TERM", -pid)
+        Timeout.timeout(15) { Process.wait(pid) }
+      rescue Timeout::Error
+        Process.kill("KILL", -pid)
+        Process.wait(pid)
+      rescue Errno::ESRCH, Errno::ECHILD
+        nil
+      end
+    end
+  end
+
+  def free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.addr[1]
+  ensure
+    server&.close
+  end
+
+  def wait_until_serving(port, pid)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+    loop do
+      return if Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/")).code == "200"
+    rescue SystemCallError, EOFError, Net::ReadTimeout
+      raise "server exited early" if Process.waitpid(pid, Process::WNOHANG)
+      raise "server did not start on #{port}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.1
+    end
+  end
+
+  # @return [Hash] requests per second, latency p50/p99 (ms), errors
+  def wrk(port, path, connections, seconds)
+    output = capture("wrk", "-t1", "-c#{connections}", "-d#{seconds}s", "--latency", "--timeout", "10s", "http://127.0.0.1:#{port}#{path}")
+    {
+      rps: output[/Requests\/sec:\s+([\d.]+)/, 1].to_f,
+      p50: latency(output, "50%"),
+      p99: latency(output, "99%"),
+      errors: output[/Socket errors: (.+)$/, 1] || (output[/Non-2xx or 3xx responses: (\d+)/, 1] ? "non-2xx: #{$1}" : nil),
+      command: "wrk -t1 -c#{connections} -d#{seconds}s --latency #{path}"
+    }
+  end
+
+  def latency(output, percentile)
+    value, unit = output.match(/^\s+#{Regexp.escape(percentile)}\s+([\d.]+)(us|ms|s)$/)&.captures
+    return nil unless value
+    value.to_f * { "us" => 0.001, "ms" => 1.0, "s" => 1000.0 }.fetch(unit)
+  end
+
+  # @return [Hash] the seed's figure (ab's "Time taken for tests"), ab's slowest single request,
+  #   and the wall time of 10 requests started at once by `curl --parallel`
+  def ab_pg(port)
+    url = "http://127.0.0.1:#{port}/pg"
+    output = capture("ab", "-c10", "-n10", "-s", "30", url)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    curl = capture("curl", "-s", "--parallel", "--parallel-immediate", "--parallel-max", "10", "-w", "%{http_code}\\n",
+                   *Array.new(10) { ["-o", File::NULL, url] }.flatten)
+    curl_seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    {
+      seconds: output[/Time taken for tests:\s+([\d.]+)/, 1].to_f,
+      slowest: output[/^Total:\s+(?:\S+\s+){4}(\d+)/, 1].to_i / 1000.0,
+      curl_seconds: curl_seconds,
+      curl_ok: curl.scan(/^200$/).size,
+      errors: [output[/Failed requests:\s+(\d+)/, 1], output[/Non-2xx responses:\s+(\d+)/, 1]].compact.map(&:to_i).sum,
+      command: "ab -c10 -n10 /pg"
+    }
+  end
+
+  # @return [Hash] RSS growth of the server's process tree while holding idle connections
+  def idle_rss(port, pid)
+    GC.start
+    sleep 1
+    before = tree_rss(pid)
+    client = IO.popen([RbConfig.ruby, File.join(ROOT, "bench/server/idle_client.rb"), port.to_s, IDLE_CONNECTIONS.to_s], "r+")
+    line = Timeout.timeout(180) { client.gets }.to_s
+    sleep 2 # let lingering fibers park and the servers settle
+    after = tree_rss(pid)
+    held = line[/ready (\d+)/, 1].to_i
+    still_serving = Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/")).code == "200"
+    client.close_write
+    Process.wait(client.pid)
+    log "idle: #{line.strip}, rss #{before / 1024} KB -> #{after / 1024} KB, serving: #{still_serving}"
+    { held: held, before: before, after: after, delta_mb: (after - before) / 1024.0 / 1024.0, serving: still_serving,
+      command: "bench/server/idle_client.rb PORT #{IDLE_CONNECTIONS}" }
+  end
+
+  # Resident memory of a process and all its descendants (Falcon serves from a child).
+  def tree_rss(root)
+    parents = {}
+    Dir["/proc/[0-9]*/stat"].each do |path|
+      fields = File.read(path).split(") ", 2).last.split
+      parents[File.basename(File.dirname(path)).to_i] = fields[1].to_i
+    rescue SystemCallError
+      nil
+    end
+    family = [root]
+    loop do
+      more = parents.select { |pid, parent| family.include?(parent) && !family.include?(pid) }.keys
+      break if more.empty?
+      family.concat(more)
+    end
+    family.sum do |pid|
+      File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+)/, 1].to_i * 1024
+    rescue SystemCallError
+      0
+    end
+  end
+
+  def capture(*command)
+    log "$ #{command.join(' ')}"
+    output = IO.popen(command, err: %i[child out], &:read)
+    @raw.puts(output)
+    @raw.flush
+    output
+  end
+
+  # --- report ---------------------------------------------------------------------------
+
+  def write_report(results, limit)
+    out = +"# Server benchmark: Weft vs Puma vs Falcon\n\n"
+    out << "Generated by `bundle exec ruby bench/server.rb` (BENCH_DURATION=#{DURATION}) on #{Time.now.utc.strftime('%Y-%m-%d %H:%M UTC')}.\n\n"
+    out << "## Machine and versions\n\n"
+    machine.each { |key, value| out << "- #{key}: #{value}\n" }
+    out << "- ulimit -n: #{limit}\n\n"
+    out << "Every server runs as one process with the same app (`bench/server/app.ru`, RACK_ENV=production): " \
+           "`weft serve -w 0`, `puma -w 0 -t 5:5`, `falcon serve --forked -n 1`. Load: `wrk -t1` " \
+           "(one thread leaves the second core to the server), `ab` for the PostgreSQL test. " \
+           "The machine is shared with other jobs, so figures move by ±15 % between runs; the three servers " \
+           "are measured back to back in one run.\n\n"
+    throughput_section(out, results, "hello, 50 connections", "target: ≥ 2x Puma and ≥ 2x Falcon")
+    throughput_section(out, results, "hello, 256 connections", "target: ≥ 2x Puma and ≥ 2x Falcon")
+    throughput_section(out, results, "sleep 10 ms, 256 connections", "target: ≥ Falcon, ≥ 10x Puma")
+    pg_section(out, results["10 x pg_sleep(1), ab -c10 -n10"])
+    idle_section(out, results["10,000 idle keep-alive connections"])
+    File.write(REPORT, out)
+  end
+
+  def machine
+    cpu = File.read("/proc/cpuinfo")[/model name\s*:\s*(.+)/, 1] rescue "unknown"
+    memory = (File.read("/proc/meminfo")[/MemTotal:\s+(\d+)/, 1].to_i / 1024.0 / 1024.0).round(1) rescue 0
+    {
+      "CPU" => "#{cpu} × #{Etc.nprocessors}",
+      "memory" => "#{memory} GB",
+      "kernel" => `uname -r`.strip,
+      "ruby" => RUBY_DESCRIPTION,
+      "weft" => Weft::VERSION,
+      "puma" => Gem.loaded_specs["puma"]&.version.to_s,
+      "falcon" => Gem.loaded_specs["falcon"]&.version.to_s,
+      "async" => Gem.loaded_specs["async"]&.version.to_s,
+      "wrk" => `wrk -v 2>&1`[/wrk \S+/],
+      "ab" => `ab -V 2>&1`[/Version \S+/]
+    }
+  end
+
+  def throughput_section(out, results, title, target)
+    rows = results[title]
+    weft = rows.dig("weft", :rps).to_f
+    out << "## #{title}\n\n#{target}. Command: `#{rows.values.first&.fetch(:command)}`\n\n"
+    out << "| server | requests/s | p50 ms | p99 ms | Weft ÷ server | errors |\n|---|---:|---:|---:|---:|---|\n"
+    rows.each do |name, row|
+      ratio = row[:rps].positive? ? format("%.2fx", weft / row[:rps]) : "-"
+      out << "| #{name} | #{row[:rps].round} | #{fmt(row[:p50])} | #{fmt(row[:p99])} | #{ratio} | #{row[:errors] || '-'} |\n"
+    end
+    out << "\n" << chart(rows.transform_values { |row| row[:rps] }, "req/s") << "\n"
+  end
+
+  def pg_section(out, rows)
+    out << "## 10 concurrent `select pg_sleep(1)` (the seed's test)\n\n"
+    out << "target: 1.05 s or less (seed: 10.25 s blocking, 1.08 s NeverBlock). Command: `ab -c10 -n10 /pg`; " \
+           "each request opens its own PostgreSQL connection (plain `pg`).\n\n"
+    out << "| server | ab time taken s | ab slowest request s | 10 x curl --parallel s (200s) | failed | meets 1.05 s |\n" \
+           "|---|---:|---:|---:|---:|---|\n"
+    rows.each do |name, row|
+      out << "| #{name} | #{format('%.3f', row[:seconds])} | #{format('%.3f', row[:slowest])} | " \
+             "#{format('%.3f', row[:curl_seconds])} (#{row[:curl_ok]}) | #{row[:errors]} | " \
+             "#{row[:curl_seconds] <= 1.05 ? 'yes (curl)' : 'no'}#{row[:seconds] <= 1.05 ? ', yes (ab)' : ', no (ab)'} |\n"
+    end
+    out << "\n" << chart(rows.transform_values { |row| row[:curl_seconds] }, "s, 10 x curl --parallel (lower is better)") << "\n"
+    out << "ab 2.3 as packaged here sends its first request alone and starts the other nine only when it is " \
+           "answered (visible in Weft's access log: one request ends a second before the other nine), so its " \
+           "\"Time taken\" is about 2 s for any server that overlaps requests, and 3 s for Puma's 5 threads. " \
+           "The slowest single request and the `curl --parallel` wall time show the overlap itself.\n\n"
+  end
+
+  def idle_section(out, rows)
+    out << "## #{IDLE_CONNECTIONS} idle keep-alive connections, one process\n\n"
+    out << "target: at most 64 MB more RSS for Weft. Each connection made one request and then stays open; RSS of the " \
+           "server's process tree before and 2 s after they are all established.\n\n"
+    out << "| server | held | RSS before MB | RSS after MB | growth MB | still serving |\n|---|---:|---:|---:|---:|---|\n"
+    rows.each do |name, row|
+      out << "| #{name} | #{row[:held]} | #{(row[:before] / 1048576.0).round(1)} | #{(row[:after] / 1048576.0).round(1)} | " \
+             "#{row[:delta_mb].round(1)} | #{row[:serving] ? 'yes' : 'no'} |\n"
+    end
+    out << "\n" << chart(rows.transform_values { |row| row[:delta_mb] }, "MB growth (lower is better)") << "\n"
+  end
+
+  def fmt(value)
+    value ? format("%.2f", value) : "-"
+  end
+
+  def chart(values, unit)
+    max = values.values.max.to_f
+    lines = values.map do |name, value|
+      width = max.positive? ? (value / max * 40).round : 0
+      format("%-7s %s %s %s", name, "█" * width, " " * (40 - width), "#{value.is_a?(Float) ? value.round(2) : value} #{unit}")
+    end
+    "```\n#{lines.join("\n")}\n```\n"
+  end
+end
+
+ServerBench.run if $PROGRAM_NAME == __FILE__

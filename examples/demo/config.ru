@@ -1,0 +1,7 @@
+# frozen_string_literal: true
+
+# bin/demo runs this with `weft serve examples/demo/config.ru --stats-path /stats --metrics-path /metrics`.
+require_relative "app"
+
+use Rack::ContentLength
+run DemoApp.new
