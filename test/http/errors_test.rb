@@ -48,6 +48,41 @@ class HTTPClientErrorsTest < Minitest::Test
     assert_raises(Weft::HTTP::ConnectionRefused) { client("unix:///nonexistent/weft.sock").get("/") }
   end
 
+  # A listener whose accept queue is full: the kernel drops further SYNs, so a connect to it
+  # hangs as to a black-holed address.
+  def blackhole
+    listener = Socket.new(:INET, :STREAM)
+    listener.bind(Addrinfo.tcp("127.0.0.1", 0))
+    listener.listen(0)
+    filler = Socket.new(:INET, :STREAM)
+    filler.connect_nonblock(listener.local_address, exception: false)
+    filler.wait_writable(1)
+    @blackholes = [listener, filler]
+    listener.local_address.ip_port
+  end
+
+  def test_connect_timeout_on_an_unanswered_syn
+    port = blackhole
+    error = assert_elapsed_under(1.5) do
+      assert_raises(Weft::HTTP::ConnectTimeout) { client(connect_timeout: 0.3).get("http://127.0.0.1:#{port}/") }
+    end
+    assert_match(/connect timeout/, error.message)
+  ensure
+    @blackholes&.each(&:close)
+  end
+
+  def test_a_black_holed_address_leaves_time_for_the_next_one
+    dead = blackhole
+    srv = server { [200, {}, "second address"] }
+    http = client("http://multi.test:#{srv.port}", connect_timeout: 3)
+    connector = http.instance_variable_get(:@connector)
+    addresses = [Addrinfo.tcp("127.0.0.1", dead), Addrinfo.tcp("127.0.0.1", srv.port)]
+    connector.define_singleton_method(:resolve) { |*| addresses }
+    assert_elapsed_under(2.8) { assert_equal "second address", http.get("/").body }
+  ensure
+    @blackholes&.each(&:close)
+  end
+
   def test_connect_timeout_covers_the_tls_handshake
     srv = server(raw: true) { sleep 3 } # accepts TCP, never answers the ClientHello
     http = client("https://127.0.0.1:#{srv.port}", connect_timeout: 0.3)

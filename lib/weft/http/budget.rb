@@ -49,11 +49,6 @@ module Weft
         [seconds, ERRORS.fetch(kind)]
       end
 
-      # Raises DeadlineExceeded if the deadline has passed.
-      def check!
-        raise DeadlineExceeded, "deadline of #{@deadline}s exceeded" if @deadline_at && Timers.now >= @deadline_at
-      end
-
       # Waits until `io` is readable (or writable) within the limit for `kind`.
       # @raise [TimeoutError] the subclass for `kind`, or DeadlineExceeded
       def wait(io, kind, writable: kind == :write)

@@ -85,15 +85,18 @@ module Weft
         raise
       end
 
-      # Connects to the first of the host's addresses that accepts, in resolver order.
+      # Connects to the first of the host's addresses that accepts, in resolver order. While
+      # other addresses remain, an attempt gets only its share of the connect timeout (at
+      # least 2 s, as Go's dialer does), so one black-holed address (say an IPv6 route that
+      # drops packets) cannot use up the time the next one needs.
       def tcp(host, port, budget)
         last_error = nil
         addresses = resolve(host, port, budget)
         raise DNSError, "#{host} resolved to no address" if addresses.empty?
-        addresses.each do |address|
+        addresses.each_with_index do |address, index|
           socket = Socket.new(address.afamily, :STREAM)
           begin
-            connect(socket, address, budget)
+            connect(socket, address, budget, attempt_limit(budget, addresses.size - index))
             socket.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
             return socket
           rescue *REFUSED, *UNREACHABLE => e
@@ -110,12 +113,27 @@ module Weft
         raise ConnectionError, "cannot connect to #{host}:#{port}: #{last_error.message}"
       end
 
-      def connect(socket, address, budget)
+      # @param attempt [Float, nil] seconds for this address, if less than the connect budget
+      def connect(socket, address, budget, attempt = nil)
         return if socket.connect_nonblock(address, exception: false) == 0
-        budget.wait(socket, :connect, writable: true)
+        if attempt
+          raise Errno::ETIMEDOUT, address.inspect_sockaddr unless socket.wait_writable(attempt)
+        else
+          budget.wait(socket, :connect, writable: true)
+        end
         socket.connect_nonblock(address, exception: false)
       rescue Errno::EISCONN
         nil
+      end
+
+      # @return [Float, nil] the share of the connect time left for one of `left` addresses,
+      #   or nil when the attempt may use all of it
+      def attempt_limit(budget, left)
+        return nil if left < 2
+        seconds, = budget.limit(:connect)
+        return nil unless seconds
+        share = [seconds / left, [2.0, seconds].min].max
+        share < seconds ? share : nil
       end
 
       def resolve(host, port, budget)
