@@ -48,6 +48,20 @@ class HTTPFaradayAdapterTest < Minitest::Test
     assert_raises(Faraday::ConnectionFailed) { refused.get("/") }
   end
 
+  def test_open_timeout_is_a_connection_failure_as_with_net_http
+    listener = Socket.new(:INET, :STREAM)
+    listener.bind(Addrinfo.tcp("127.0.0.1", 0))
+    listener.listen(0)
+    filler = Socket.new(:INET, :STREAM)
+    filler.connect_nonblock(listener.local_address, exception: false)
+    conn = faraday("http://127.0.0.1:#{listener.local_address.ip_port}", request: { open_timeout: 0.3 })
+    error = assert_elapsed_under(1.5) { assert_raises(Faraday::ConnectionFailed) { conn.get("/") } }
+    assert_kind_of Weft::HTTP::ConnectTimeout, error.wrapped_exception
+  ensure
+    filler&.close
+    listener&.close
+  end
+
   def test_ssl_options
     certs = Weft::Test::TestCerts.generate
     srv = server(tls: Weft::Test::TestCerts.server_context(certs)) { [200, {}, "secure"] }

@@ -95,6 +95,10 @@ module Weft
           response = client.request(env.method, env.url, **arguments)
           save(env, response, response.body)
         end
+      rescue Weft::HTTP::ConnectTimeout => e
+        # As Faraday's net_http adapter does with Net::OpenTimeout, so middleware (retry rules)
+        # sees the same classes after the switch.
+        raise ::Faraday::ConnectionFailed, e
       rescue Weft::HTTP::TimeoutError => e
         raise ::Faraday::TimeoutError, e
       rescue Weft::HTTP::TLSError => e
