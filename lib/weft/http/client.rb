@@ -133,6 +133,11 @@ module Weft
         @pools_lock.synchronize { @pools.to_h { |origin, pool| [origin.to_s, pool.statistics] } }
       end
 
+      def inspect
+        "#<#{self.class.name} #{@base_url || '(no base URL)'} origins=#{@pools.size}#{' closed' if @closed}>"
+      end
+      alias to_s inspect
+
       # @api private
       # @return [OpenSSL::SSL::Session, nil] the TLS session kept for an origin
       def tls_session(url)
