@@ -13,7 +13,8 @@ require "falcon/version" rescue nil
 require "async/http/version"
 
 cases = [
-  ["sequential_https.rb", "40"],
+  ["sequential_https.rb", "40", "puma"],
+  ["sequential_https.rb", "40", "minimal"],
   ["fan_out.rb", "1200"],
   ["concurrent.rb", "5", "100"],
   ["concurrent.rb", "5", "1000"]

@@ -2,23 +2,35 @@
 
 # Seed 001's case: one application request makes 15 sequential GETs to one HTTPS origin.
 # Compares a new connection (TCP + TLS handshake) per call, Net::HTTP with one keep-alive
-# session, Faraday's default adapter, Faraday on :weft, and Weft::HTTP::Client.
+# session (per 15 calls, or kept for the whole run), Faraday's default adapter, Faraday on
+# :weft, and Weft::HTTP::Client.
 #
-#   bundle exec ruby bench/http_client/sequential_https.rb [ROUNDS]
+#   bundle exec ruby bench/http_client/sequential_https.rb [ROUNDS] [ORIGIN]
 #
-# The origin is Puma (TLS, 4 threads, own process) serving a 22-byte body on loopback.
+# ORIGIN "puma" (default): Puma 6 with TLS, 4 threads, own process, 22-byte body.
+# ORIGIN "minimal": bench/http_client/upstream.rb with TLS (a thread per connection, nothing
+# else), so that the clients' own cost is a larger share of each request.
 require_relative "support"
 require "net/http"
 require "faraday"
 require "weft/http"
 
 ROUNDS = Integer(ARGV[0] || 40)
+ORIGIN = ARGV[1] || "puma"
 CALLS = 15
 
 certs = Bench.certificates
 port = Bench.free_port
-bind = "ssl://127.0.0.1:#{port}?key=#{certs[:key_file]}&cert=#{certs[:cert_file]}&verify_mode=none"
-pid = Bench.spawn_server(%W[bundle exec puma -q -b #{bind} -t 4:4 -w 0 bench/http_client/hello.ru], port, "puma_tls")
+pid =
+  case ORIGIN
+  when "puma"
+    bind = "ssl://127.0.0.1:#{port}?key=#{certs[:key_file]}&cert=#{certs[:cert_file]}&verify_mode=none"
+    Bench.spawn_server(%W[bundle exec puma -q -b #{bind} -t 4:4 -w 0 bench/http_client/hello.ru], port, "puma_tls")
+  when "minimal"
+    Bench.spawn_server(["ruby", "bench/http_client/upstream.rb", port.to_s, "0", certs[:cert_file], certs[:key_file]],
+                       port, "minimal_tls")
+  else abort "ORIGIN must be puma or minimal"
+  end
 
 url = "https://127.0.0.1:#{port}/"
 uri = URI(url)
@@ -72,7 +84,8 @@ new_conn = results["Net::HTTP, new connection per call"][:median]
 keep_alive = results["Net::HTTP keep-alive (one session for all)"][:median]
 keep_alive_per_call_group = results["Net::HTTP keep-alive (one session per 15 calls)"][:median]
 weft = results["Weft::HTTP::Client"][:median]
-puts "## 15 sequential GETs to one HTTPS origin (#{ROUNDS} rounds, median ms per 15 GETs)"
+origin_name = ORIGIN == "puma" ? "Puma 6, TLS" : "minimal threaded TLS server"
+puts "## 15 sequential GETs to one HTTPS origin: #{origin_name} (#{ROUNDS} rounds, median ms per 15 GETs)"
 puts
 puts "| client | median ms | mean ms | speed-up vs new connection |"
 puts "|---|---:|---:|---:|"
