@@ -83,6 +83,9 @@ results.each do |label, r|
   end
 end
 puts
+weft = results["Weft server + Weft::HTTP::Client"]
+puts "Weft server + client: #{format('%.0f', weft[:rps] / ceiling * 100)}% of the ceiling (target >= 95%)" if weft
+puts
 puts "```"
 puts Bench.chart(results.compact.map { |label, r| [label, r[:rps]] }, "req/s (higher is better)")
 puts "```"
