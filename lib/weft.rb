@@ -51,8 +51,8 @@ module Weft
       end
     end
 
-    # Starts a task running the block (given the task and `args`) and returns it. The task runs
-    # at once until it first waits, then spawn returns; it is a child of the current task.
+    # Creates a task running the block (given `args`) and returns it at once. The task starts on
+    # the reactor's next turn, in spawn order, as a child of the current task.
     # @return [Task]
     def spawn(*args, name: nil, &block)
       raise ArgumentError, "Weft.spawn needs a block" unless block

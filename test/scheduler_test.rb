@@ -248,6 +248,7 @@ class SchedulerTest < Minitest::Test
   def test_statistics
     stats = Weft.run do
       Weft.spawn { sleep 0.01 }
+      sleep 0 # let it start and arm its timer
       Weft.scheduler.statistics
     end
     assert_equal 2, stats[:tasks]

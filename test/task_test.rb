@@ -7,24 +7,46 @@ class TaskTest < Minitest::Test
     assert_equal 3, Weft.run { Weft.spawn(1, 2) { |a, b| sleep 0.01; a + b }.wait }
   end
 
-  def test_spawn_runs_the_task_until_it_first_waits
+  def test_spawn_returns_at_once_and_tasks_start_in_spawn_order
     order = []
     Weft.run do
-      Weft.spawn { order << :child_started; sleep 0.01; order << :child_done }
+      Weft.spawn { order << :first_started; sleep 0.01; order << :first_done }
+      Weft.spawn { order << :second_started }
       order << :spawn_returned
     end
-    assert_equal %i[child_started spawn_returned child_done], order
+    assert_equal %i[spawn_returned first_started second_started first_done], order
+  end
+
+  def test_a_task_cancelled_before_it_starts_never_runs
+    ran = false
+    task = nil
+    Weft.run do
+      task = Weft.spawn { ran = true }
+      task.cancel
+    end
+    refute ran
+    assert task.cancelled?
+  end
+
+  def test_fiber_schedule_runs_at_once
+    order = []
+    Weft.run do
+      Fiber.schedule { order << :scheduled; sleep 0.01 }
+      order << :returned
+    end
+    assert_equal %i[scheduled returned], order
   end
 
   def test_wait_reraises_the_task_exception_with_the_task_backtrace
     error = Weft.run do
-      task = Weft.spawn { sleep 0.01; raise KeyError, "missing" } # line 21
+      task = Weft.spawn { sleep 0.01; raise KeyError, "missing" } # the raise site
       task.wait
     rescue KeyError => e
       e
     end
     assert_equal "missing", error.message
-    assert_match(/task_test\.rb:21:/, error.backtrace.first) # where it was raised, not waited
+    raise_line = File.readlines(__FILE__).index { |line| line.include?("# the raise site") } + 1
+    assert_match(/task_test\.rb:#{raise_line}:/, error.backtrace.first) # where raised, not waited
   end
 
   def test_a_failure_leaves_other_tasks_undisturbed
@@ -49,7 +71,8 @@ class TaskTest < Minitest::Test
     original = Weft.logger
     Weft.logger = Logger.new(log)
     Weft.run do
-      task = Weft.spawn { raise "handled" } # fails before spawn even returns
+      task = Weft.spawn { raise "handled" }
+      Weft.spawn { sleep 0.01 } # the loop turns (and the first task fails) before the wait
       assert_raises(RuntimeError) { task.wait }
     end
     assert_empty log.string
@@ -90,6 +113,7 @@ class TaskTest < Minitest::Test
   def test_cancelling_a_finished_task_does_nothing
     Weft.run do
       task = Weft.spawn { :done }
+      sleep 0
       refute task.cancel
       assert_equal :done, task.wait
       assert task.completed?
@@ -175,6 +199,7 @@ class TaskTest < Minitest::Test
   def test_current_and_names
     Weft.run do
       task = Weft.spawn(name: "worker") { Weft::Task.current }
+      sleep 0
       assert_same task, task.wait
       assert_equal "worker", task.name
       assert_match(/worker/, task.to_s)

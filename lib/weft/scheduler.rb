@@ -25,7 +25,8 @@ module Weft
 
     attr_reader :selector, :timers, :loop_fiber, :thread
 
-    def initialize(selector: nil)
+    # @param fiber_pool_size [Integer] how many idle fibers to keep for reuse by later tasks
+    def initialize(selector: nil, fiber_pool_size: 256)
       @thread = Thread.current
       @loop_fiber = Fiber.current
       @selector = selector || IO::Event::Selector.new(@loop_fiber)
@@ -36,7 +37,12 @@ module Weft
       # Fibers woken and waiting for their turn, mapped to the value #suspend returns to them.
       # A Hash rather than an Array so that a fiber raised into while queued can be taken out.
       @ready = {}.compare_by_identity
-      # Exceptions to raise into suspended fibers (cancellation); delivered by the loop fiber.
+      # Tasks spawned and waiting to start, in spawn order.
+      @starting = []
+      # Idle fibers that ran a task and wait for the next one (see #worker_fiber).
+      @idle_fibers = []
+      @fiber_pool_size = fiber_pool_size
+      # Exceptions to raise into suspended tasks (cancellation); delivered by the loop fiber.
       @raises = {}.compare_by_identity
       # Wake-ups posted from other threads, handed over under a lock and applied on the reactor
       # thread by a small fiber of its own (see #wake_from_any_thread).
@@ -74,10 +80,11 @@ module Weft
     # timer, fire due timers.
     def run_once
       deliver_raises unless @raises.empty?
+      start_spawned unless @starting.empty?
       run_ready unless @ready.empty?
       return if @tasks.empty? # the last task just ended: do not wait for events nobody wants
 
-      interval = @ready.empty? && @raises.empty? ? @timers.wait_interval : 0
+      interval = @ready.empty? && @raises.empty? && @starting.empty? ? @timers.wait_interval : 0
       record_lag(Timers.now - @turn_started) if @turn_started
       @selector.select(interval)
       @turn_started = Timers.now
@@ -104,14 +111,18 @@ module Weft
 
     # --- Tasks -------------------------------------------------------------------------------
 
-    # Creates a task running the block in a new fiber and starts it at once: spawn returns when
-    # the task first suspends (or ends). Use Weft.spawn; this is its mechanism.
+    # Creates a task running the block. The task starts on the loop's next turn, in spawn order.
+    # Use Weft.spawn; this is its mechanism.
+    #
+    # Lazy start is the default because it is cheap: spawning is an allocation, and a batch of
+    # new tasks then runs in one turn, each returning straight to the loop when it suspends or
+    # ends. An eager start costs the spawner a trip through the loop for every task.
     # @return [Task]
     def spawn(parent, name, args, block)
       task = Task.new(self, parent, name, args, block)
       @tasks[task] = true
       @spawned += 1
-      start(task.fiber)
+      @starting << task
       task
     end
 
@@ -130,11 +141,12 @@ module Weft
       @unobserved.delete(report)
     end
 
-    # Cancels every live task; used when the reactor is torn down abnormally.
-    def cancel_all
+    # Cancels every live task and gives them up to `grace` seconds of turns to run their ensure
+    # blocks; used when the reactor is torn down by a signal or exit.
+    def cancel_all(grace: 5)
       @tasks.each_key(&:cancel)
-      # Give the cancelled tasks the turns they need to run their ensure blocks.
-      run_once until @tasks.empty? || @closed
+      deadline = Timers.now + grace
+      run_once until @tasks.empty? || @closed || Timers.now > deadline
     end
 
     # --- Suspension: the single way Weft parks a fiber -----------------------------------------
@@ -170,10 +182,10 @@ module Weft
       true
     end
 
-    # Raises `exception` into a suspended fiber on the loop's next turn. Used for cancellation,
+    # Raises `exception` into a suspended task on the loop's next turn. Used for cancellation,
     # so that Task#cancel never switches fibers itself.
-    def raise_later(fiber, exception)
-      @raises[fiber] = exception
+    def raise_later(task, exception)
+      @raises[task] = exception
     end
 
     # --- Fiber::Scheduler hooks ----------------------------------------------------------------
@@ -289,9 +301,14 @@ module Weft
       timer&.cancel
     end
 
-    # Fiber.schedule: a task without a name.
+    # Fiber.schedule: a task without a name, started at once as Ruby's documentation of
+    # Fiber.schedule asks.
+    # @return [Fiber] the fiber the task started in
     def fiber(&block)
-      spawn(Task.current, nil, [], block).fiber
+      task = Task.new(self, Task.current, nil, [], block)
+      @tasks[task] = true
+      @spawned += 1
+      start(task)
     end
 
     # --- Helpers -------------------------------------------------------------------------------
@@ -328,6 +345,7 @@ module Weft
         spawned: @spawned,
         timers: @timers.size,
         ready: @ready.size,
+        idle_fibers: @idle_fibers.size,
         lag: @lag,
         max_lag: @max_lag
       }
@@ -340,13 +358,49 @@ module Weft
 
     private
 
-    def start(fiber)
+    # Starts a task at once, in a pooled fiber, and returns when it first suspends or ends.
+    # @return [Fiber] the fiber it runs in
+    def start(task)
+      fiber = @idle_fibers.pop || worker_fiber
       if Fiber.current.equal?(@loop_fiber)
-        fiber.transfer
+        fiber.transfer(task)
       else
-        # Queues the current fiber to continue on the loop's next turn, then enters the new one.
-        @selector.resume(fiber)
+        # Queues the current fiber to continue on the loop's next turn, then enters the task.
+        @selector.resume(fiber, task)
       end
+      fiber
+    end
+
+    # A fiber that runs tasks one after another. Between tasks it waits in @idle_fibers, so a
+    # spawn costs no fiber allocation and a burst of short tasks reuses one stack. (Ruby 3.1
+    # also frees the stack of a fiber entered by transfer only when the Fiber is collected, so
+    # a fresh fiber per task would let a burst of tens of thousands of tasks exhaust the
+    # process's memory mappings before the GC runs.)
+    def worker_fiber
+      Fiber.new(blocking: false) do |task|
+        while task
+          task.execute
+          task = park_worker
+        end
+      end
+    end
+
+    # Called by a worker whose task ended: waits for the next task, or returns nil to let the
+    # fiber end when the pool is full.
+    def park_worker
+      # Fiber-local variables belong to the task that set them, not to the next one.
+      locals = Thread.current
+      locals.keys.each { |key| locals[key] = nil }
+      return nil if @idle_fibers.size >= @fiber_pool_size
+      @idle_fibers << Fiber.current
+      @selector.transfer
+    end
+
+    def start_spawned
+      # Only the tasks spawned before this turn began: tasks they spawn start next turn.
+      starting = @starting
+      @starting = []
+      starting.each { |task| start(task) }
     end
 
     def run_ready
@@ -362,8 +416,9 @@ module Weft
     def deliver_raises
       raises = @raises
       @raises = {}.compare_by_identity
-      raises.each do |fiber, exception|
-        fiber.raise(exception) if fiber.alive?
+      raises.each do |task, exception|
+        fiber = task.fiber
+        fiber.raise(exception) if fiber && !task.done?
       end
     end
 

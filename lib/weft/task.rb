@@ -3,10 +3,10 @@
 require_relative "errors"
 
 module Weft
-  # A unit of concurrent work: a block running in its own fiber under the reactor.
+  # A unit of concurrent work: a block running in a fiber of its own under the reactor (fibers
+  # are pooled by the scheduler and reused once a task has ended).
   #
-  # Created by Weft.spawn. A task starts at once and runs until it first waits for something;
-  # then spawn returns. It ends in one of three states: completed (with a value), failed (with
+  # Created by Weft.spawn. A task starts on the reactor's next turn, in spawn order. It ends in one of three states: completed (with a value), failed (with
   # an exception) or cancelled.
   #
   # Tasks form a tree: a task spawned inside another is its child, and cancelling a task
@@ -23,7 +23,7 @@ module Weft
     attr_reader :name
     # @return [Task, nil]
     attr_reader :parent
-    # @return [Fiber]
+    # @return [Fiber, nil] the fiber running the task (nil before it starts and after it ends)
     attr_reader :fiber
     # @return [Symbol] :running, :completed, :failed or :cancelled
     attr_reader :status
@@ -31,6 +31,9 @@ module Weft
     # @api private: use Weft.spawn
     def initialize(scheduler, parent, name, args, block)
       @scheduler = scheduler
+      @args = args
+      @block = block
+      @fiber = nil
       @parent = parent
       @name = name
       @status = :running
@@ -41,8 +44,8 @@ module Weft
       @observed = false
       @failure_report = nil
       @cancel_requested = false
+      @started = false
       parent&.adopt(self)
-      @fiber = Fiber.new(blocking: false) { run(args, block) }
     end
 
     # Waits for the task to end.
@@ -66,9 +69,10 @@ module Weft
       @children&.each_key { |child| child.cancel(message) }
       if Fiber.current.equal?(@fiber)
         raise Cancelled, message
-      else
-        @scheduler.raise_later(@fiber, Cancelled.new(message))
+      elsif @started
+        @scheduler.raise_later(self, Cancelled.new(message))
       end
+      # A task that has not started yet sees the request as it starts (see #run).
       true
     end
 
@@ -132,16 +136,16 @@ module Weft
       @children&.delete(child)
     end
 
-    protected
-
-    def reparent(parent)
-      @parent = parent
-    end
-
-    private
-
-    def run(args, block)
+    # @api private: the scheduler runs the task in the current (pooled) fiber. Never raises,
+    # except for process-level signals, which end the reactor.
+    def execute
+      @started = true
+      @fiber = Fiber.current
       Thread.current[:weft_task] = self
+      raise Cancelled, "task cancelled before it started" if @cancel_requested
+      block = @block
+      args = @args
+      @block = @args = nil
       value = block.call(*args)
       finish(:completed, value, nil)
     rescue Cancelled => e
@@ -154,10 +158,19 @@ module Weft
       finish(:failed, nil, e)
     end
 
+    protected
+
+    def reparent(parent)
+      @parent = parent
+    end
+
+    private
+
     def finish(status, value, error)
       @status = status
       @value = value
       @error = error
+      @fiber = nil # the fiber goes back to the scheduler's pool
       @scheduler.task_ended(self)
       hand_children_to_parent
       @observers&.each { |observer| observer.call(self) }
@@ -186,7 +199,7 @@ module Weft
 
     def wait_until_done
       current = Fiber.current
-      raise Error, "a task cannot wait for itself" if current.equal?(@fiber)
+      raise Error, "a task cannot wait for itself" if current.equal?(@fiber) || Task.current.equal?(self)
       unless Fiber.scheduler.equal?(@scheduler) && !current.blocking?
         raise Error, "Task#wait must be called from a task in the same reactor (inside Weft.run)"
       end

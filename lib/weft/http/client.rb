@@ -154,12 +154,15 @@ module Weft
       end
 
       def build_request(method, url, headers, body, query)
-        origin, target = resolve(url)
+        origin, target, credentials = resolve(url)
         if query && !query.empty?
           separator = target.include?("?") ? "&" : "?"
           target = "#{target}#{separator}#{URI.encode_www_form(query)}"
         end
         headers = headers ? merge_headers(Request.fields(headers)) : @default_headers
+        if credentials && headers.none? { |name, _| name.casecmp?("authorization") }
+          headers += [["Authorization", "Basic #{[credentials].pack('m0')}"]]
+        end
         Request.new(method, origin, target, headers: headers, body: body)
       end
 
@@ -170,21 +173,28 @@ module Weft
         @default_headers.reject { |name, _| names.include?(name.downcase) } + fields
       end
 
-      # @return [Array(Origin, String)] the origin and the request target for a URL
+      # @return [Array(Origin, String, String or nil)] the origin and the request target for a
+      #   URL, and "user:password" if the URL (or the base URL, for a relative one) has them
       def resolve(url)
         text = url.to_s
         if text.start_with?("/") || !text.match?(%r{\A[a-z][a-z0-9+.-]*:}i)
           raise ArgumentError, "relative URL #{text.inspect} needs a client with a base URL" unless @base_url
           base_path = @base_origin.unix? ? "/" : @base_url.path
           target = text.start_with?("/") ? text : File.join(base_path.empty? ? "/" : base_path, text)
-          return [@base_origin, target]
+          return [@base_origin, target, credentials(@base_url)]
         end
         uri = parse_url(url)
         origin = Origin.from_uri(uri)
         raise ArgumentError, "give unix origins as the base URL, and paths per request" if origin.unix?
         target = uri.path.empty? ? "/" : uri.path
         target += "?#{uri.query}" if uri.query
-        [origin, target]
+        [origin, target, credentials(uri)]
+      end
+
+      # @return [String, nil] "user:password" from a URL's userinfo, percent-decoded
+      def credentials(uri)
+        return nil unless uri.user
+        "#{URI.decode_www_form_component(uri.user)}:#{URI.decode_www_form_component(uri.password.to_s)}"
       end
 
       def parse_url(url)

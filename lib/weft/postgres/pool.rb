@@ -32,7 +32,7 @@ module Weft
       DEFAULT_PIPELINE_DEPTH = 64
       # A shared connection whose head statement has run this long (seconds) is avoided while
       # another has room: the statements behind it would wait for it.
-      STALL_AFTER = 0.01
+      STALL_AFTER = Float(ENV.fetch("WEFT_PG_STALL", 0.01))
       # Seconds a connection given back after an interrupted statement may take to be made
       # usable again (cancel, drain, rollback) before it is closed instead.
       RESET_GRACE = 2.0
