@@ -54,6 +54,14 @@ class HTTPClientTest < Minitest::Test
     assert_equal "127.0.0.1:#{srv.port}", srv.requests.first.env["HTTP_HOST"]
   end
 
+  def test_credentials_in_the_url_become_basic_authorization
+    srv = server { |r| [200, {}, r.env["HTTP_AUTHORIZATION"].to_s] }
+    expected = "Basic #{['al ice:s3cret'].pack('m0')}"
+    assert_equal expected, client.get("http://al%20ice:s3cret@127.0.0.1:#{srv.port}/").body
+    assert_equal expected, client("http://al%20ice:s3cret@127.0.0.1:#{srv.port}").get("/x").body
+    assert_equal "Bearer t", client.get("http://u:p@127.0.0.1:#{srv.port}/", headers: { "authorization" => "Bearer t" }).body
+  end
+
   def test_request_bodies_string_io_and_enumerable
     srv = echo_server
     http = client(srv.url)
