@@ -37,17 +37,16 @@ module Weft
       # @return [Connection]
       def open(origin, budget)
         budget.start_connect
-        proxy = @proxy&.for(origin)
         return open_unix(origin, budget) if origin.unix?
-        return open_tcp_direct(origin, budget) unless proxy
 
-        socket = tcp(proxy.host, proxy.port, budget)
+        proxy = @proxy&.for(origin)
+        socket = proxy ? tcp(proxy.host, proxy.port, budget) : tcp(origin.host, origin.port, budget)
         begin
           if origin.tls?
-            tunnel(socket, origin, proxy, budget)
+            tunnel(socket, origin, proxy, budget) if proxy
             Connection.new(handshake(socket, origin, budget), origin)
           else
-            Connection.new(socket, origin, proxied: true, proxy_headers: proxy.headers)
+            Connection.new(socket, origin, proxied: !proxy.nil?, proxy_headers: proxy ? proxy.headers : [])
           end
         rescue Exception # rubocop:disable Lint/RescueException
           socket.close
@@ -61,17 +60,6 @@ module Weft
       end
 
       private
-
-      def open_tcp_direct(origin, budget)
-        socket = tcp(origin.host, origin.port, budget)
-        return Connection.new(socket, origin) unless origin.tls?
-        begin
-          Connection.new(handshake(socket, origin, budget), origin)
-        rescue Exception # rubocop:disable Lint/RescueException
-          socket.close
-          raise
-        end
-      end
 
       def open_unix(origin, budget)
         socket = Socket.new(:UNIX, :STREAM)
