@@ -145,9 +145,15 @@ class PoolTest < Minitest::Test
     assert_raises(Weft::Pool::ClosedError) { pool.checkout }
   end
 
-  def test_checkin_of_a_foreign_resource_is_an_error
-    pool, = build(limit: 1)
+  def test_checkin_of_a_foreign_resource_is_an_error_and_discard_is_idempotent
+    pool, closed = build(limit: 1)
     assert_raises(Weft::Error) { pool.checkin(Object.new) }
+    resource = pool.checkout
+    pool.discard(resource)
+    pool.discard(resource)
+    pool.discard(Resource.new(99, false))
+    assert_equal [1], closed
+    assert_equal 0, pool.statistics[:size]
   end
 
   def test_a_forked_child_does_not_receive_the_parents_resources

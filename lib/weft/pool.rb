@@ -126,17 +126,18 @@ module Weft
     end
 
     # Retires a checked-out resource that is broken or in an unknown state; its slot becomes
-    # free at once.
+    # free at once. Discarding a resource this pool does not hold (again) does nothing.
     # @return [nil]
     def discard(resource)
       return forget_parent_resources if Process.pid != @pid
-      @mutex.synchronize do
-        next unless @busy.delete(resource)
+      held = @mutex.synchronize do
+        next false unless @busy.delete(resource)
         @size -= 1
         @discarded += 1
         @available.signal
+        true
       end
-      close_resource(resource)
+      close_resource(resource) if held
       nil
     end
 
