@@ -67,6 +67,21 @@ class PoolTest < Minitest::Test
     assert_equal 3, pool.statistics[:created]
   end
 
+  def test_a_cancelled_waiter_leaves_the_queue
+    pool, = build(limit: 1)
+    Weft.run do
+      held = pool.checkout
+      waiter = Weft.spawn { pool.checkout }
+      sleep 0.05
+      assert_equal 1, pool.statistics[:waiting]
+      waiter.cancel
+      assert_nil waiter.wait
+      assert_equal 0, pool.statistics[:waiting]
+      pool.checkin(held)
+      assert_same held, pool.checkout(timeout: 0.1)
+    end
+  end
+
   def test_threads_and_fibers_share_one_pool
     pool, = build(limit: 2)
     results = Queue.new
