@@ -239,12 +239,31 @@ module Weft
     if IO::Event::Support.buffer?
       # IO#read, IO#write and friends go straight to the selector, which reads and writes
       # without a separate readiness round trip when it can (and uses io_uring where built).
-      def io_read(io, buffer, length, offset = 0)
-        with_io_timeout(io) { @selector.io_read(Fiber.current, io, buffer, length, offset) }
-      end
+      if IO.method_defined?(:timeout)
+        # Ruby 3.2+: honour IO#timeout, raising IO::TimeoutError like Ruby does without Weft.
+        def io_read(io, buffer, length, offset = 0)
+          timeout = io.timeout
+          return @selector.io_read(Fiber.current, io, buffer, length, offset) unless timeout
+          timeout_after(timeout, ::IO::TimeoutError, "Blocking operation timed out!") do
+            @selector.io_read(Fiber.current, io, buffer, length, offset)
+          end
+        end
 
-      def io_write(io, buffer, length, offset = 0)
-        with_io_timeout(io) { @selector.io_write(Fiber.current, io, buffer, length, offset) }
+        def io_write(io, buffer, length, offset = 0)
+          timeout = io.timeout
+          return @selector.io_write(Fiber.current, io, buffer, length, offset) unless timeout
+          timeout_after(timeout, ::IO::TimeoutError, "Blocking operation timed out!") do
+            @selector.io_write(Fiber.current, io, buffer, length, offset)
+          end
+        end
+      else
+        def io_read(io, buffer, length, offset = 0)
+          @selector.io_read(Fiber.current, io, buffer, length, offset)
+        end
+
+        def io_write(io, buffer, length, offset = 0)
+          @selector.io_write(Fiber.current, io, buffer, length, offset)
+        end
       end
     end
 
@@ -429,12 +448,6 @@ module Weft
         taken
       end
       wakeups.each { |fiber, blocker| wake(fiber, true, blocker) }
-    end
-
-    def with_io_timeout(io)
-      timeout = io.respond_to?(:timeout) ? io.timeout : nil
-      return yield unless timeout
-      timeout_after(timeout, ::IO::TimeoutError, "Blocking operation timed out!") { yield }
     end
 
     # Lag is how long the loop ran fibers between two polls: the longest an event that arrived
