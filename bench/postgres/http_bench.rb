@@ -1,0 +1,179 @@
+# frozen_string_literal: true
+
+# The seed's table through HTTP: a long statement (pg_sleep) every N requests, short
+# (`select 1`) otherwise, N = 5, 10, 20, 50, 100, at concurrency 10, 100 and 1000, served by
+# Weft (Weft::Postgres::Pool, pipelined), Puma (threads, connection_pool) and Falcon (fibers
+# under async, plain `pg` + connection_pool), one process each, the same number of database
+# connections each. Load from wrk.
+#
+#   bundle exec ruby bench/postgres/http_bench.rb [seconds_per_cell]   # prints Markdown
+#
+# Environment: BENCH_DB_POOL (connections per server, default 32), BENCH_LONG (seconds, 0.2),
+# BENCH_N ("5,10,20,50,100"), BENCH_C ("10,100,1000"), BENCH_SERVERS ("weft,puma,falcon").
+
+require_relative "support"
+require "socket"
+
+module PostgresBench
+  # The through-the-server benchmark.
+  module HttpBench
+    APP = File.join(__dir__, "app.ru")
+
+    # name => [label, BENCH_POOL, command (with PORT)]
+    SERVERS = {
+      "weft" => ["Weft", "weft", ->(port) { [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", APP, "-b", "tcp://127.0.0.1:#{port}", "-w", "0", "-q"] }],
+      "puma" => ["Puma", "connection_pool", lambda { |port|
+        threads = ENV.fetch("BENCH_DB_POOL", "32")
+        ["bundle", "exec", "puma", "-b", "tcp://127.0.0.1:#{port}", "-t", "#{threads}:#{threads}", "-w", "0", "-s", APP]
+      }],
+      "falcon" => ["Falcon", "connection_pool", lambda { |port|
+        ["bundle", "exec", "falcon", "serve", "-b", "http://127.0.0.1:#{port}", "-n", "1", "--forked", "-c", APP]
+      }],
+    }.freeze
+
+    module_function
+
+    def list(name, default)
+      ENV.fetch(name, default).split(",").map(&:strip).reject(&:empty?)
+    end
+
+    # @return [Hash{[server, n, c] => Hash}] wrk figures per cell
+    def run(seconds)
+      raise_file_limit
+      ns = list("BENCH_N", "5,10,20,50,100").map { |v| Integer(v) }
+      cs = list("BENCH_C", "10,100,1000").map { |v| Integer(v) }
+      results = {}
+      list("BENCH_SERVERS", "weft,puma,falcon").each do |server|
+        with_server(server) do |port|
+          wrk(port, 1, 50, 100) # warm-up: connections opened, code loaded
+          cs.each do |c|
+            ns.each do |n|
+              results[[server, n, c]] = wrk(port, seconds, c, n)
+              $stderr.puts "#{server} n=#{n} c=#{c}: #{results[[server, n, c]].inspect}"
+              sleep 0.5 # let long statements still in flight finish
+            end
+          end
+        end
+      end
+      results
+    end
+
+    def raise_file_limit
+      _, hard = Process.getrlimit(:NOFILE)
+      Process.setrlimit(:NOFILE, [hard, 65_536].min)
+    end
+
+    def with_server(name)
+      _label, pool, command = SERVERS.fetch(name)
+      port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
+      env = { "DATABASE_URL" => PostgresBench.database[:url], "BENCH_POOL" => pool, "RUBYLIB" => File.join(ROOT, "lib"),
+              "RACK_ENV" => "production" }
+      log = File.join(Dir.tmpdir, "weft-bench-#{name}.log")
+      pid = Process.spawn(env, *command.call(port), out: log, err: log, pgroup: true, chdir: ROOT)
+      wait_for(port, pid, log)
+      yield port
+    ensure
+      if pid
+        Process.kill("TERM", -pid) rescue nil # rubocop:disable Style/RescueModifier
+        waited = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        sleep 0.1 until Process.waitpid(pid, Process::WNOHANG) || Process.clock_gettime(Process::CLOCK_MONOTONIC) - waited > 10
+        Process.kill("KILL", -pid) rescue nil # rubocop:disable Style/RescueModifier
+        Process.wait(pid) rescue nil # rubocop:disable Style/RescueModifier
+      end
+    end
+
+    def wait_for(port, pid, log)
+      deadline = PostgresBench.now + 30
+      loop do
+        TCPSocket.new("127.0.0.1", port).close
+        return
+      rescue SystemCallError
+        raise "server exited early:\n#{File.read(log)}" if Process.waitpid(pid, Process::WNOHANG)
+        raise "server did not listen within 30s:\n#{File.read(log)}" if PostgresBench.now > deadline
+        sleep 0.1
+      end
+    end
+
+    # Runs wrk and returns :rps, :errors (non-2xx + socket errors), :p50/:p99 latency (ms).
+    def wrk(port, seconds, connections, n)
+      threads = [2, connections].min
+      out, status = Open3.capture2e("wrk", "-t#{threads}", "-c#{connections}", "-d#{seconds}s", "--timeout", "30s",
+                                    "--latency", "http://127.0.0.1:#{port}/?n=#{n}")
+      raise "wrk failed: #{out}" unless status.success?
+      errors = out[/Non-2xx or 3xx responses: (\d+)/, 1].to_i
+      out[/Socket errors: (.+)/, 1].to_s.scan(/\d+/).each { |count| errors += count.to_i }
+      { rps: out[/Requests\/sec:\s+([\d.]+)/, 1].to_f, errors: errors,
+        p50: latency_ms(out[/\s50%\s+(\S+)/, 1]), p99: latency_ms(out[/\s99%\s+(\S+)/, 1]) }
+    end
+
+    def latency_ms(text)
+      return nil unless text
+      value = text.to_f
+      case text
+      when /us\z/ then value / 1000
+      when /ms\z/ then value
+      when /s\z/ then value * 1000
+      else value
+      end
+    end
+
+    def report(seconds)
+      results = run(seconds)
+      servers = results.keys.map(&:first).uniq
+      ns = results.keys.map { |k| k[1] }.uniq
+      cs = results.keys.map { |k| k[2] }.uniq
+      labels = servers.to_h { |s| [s, SERVERS.fetch(s).first] }
+      header = "| N | c | #{servers.map { |s| "#{labels[s]} req/s" }.join(' | ')} | " \
+               "#{(servers - ['weft']).map { |s| "Weft / #{labels[s]}" }.join(' | ')} |"
+      lines = [header, "|#{'---|' * (2 + servers.size + servers.size - 1)}"]
+      wins = 0
+      cells = 0
+      cs.each do |c|
+        ns.each do |n|
+          figures = servers.map do |s|
+            r = results[[s, n, c]]
+            "#{PostgresBench.format_number(r[:rps])}#{" (#{r[:errors]} errors)" if r[:errors].positive?}"
+          end
+          ratios = (servers - ["weft"]).map do |s|
+            weft = results[["weft", n, c]][:rps]
+            other = results[[s, n, c]][:rps]
+            cells += 1
+            wins += 1 if weft > other
+            other.positive? ? format("%.2fx", weft / other) : "n/a"
+          end
+          lines << "| #{n} | #{c} | #{figures.join(' | ')} | #{ratios.join(' | ')} |"
+        end
+      end
+      charts = cs.map do |c|
+        rows = ns.flat_map { |n| servers.map { |s| ["N=#{n} #{labels[s]}", results[[s, n, c]][:rps]] } }
+        "Concurrency #{c} (requests/s):\n\n```\n#{PostgresBench.bars(rows)}\n```"
+      end
+      latency = cs.map do |c|
+        "| #{c} | " + servers.map { |s| r = results[[s, ns.min, c]]; "#{r[:p50]&.round(1)} / #{r[:p99]&.round(1)}" }.join(" | ") + " |"
+      end
+      <<~MARKDOWN
+        ## Through the HTTP server: a long statement every N requests
+
+        Command: `bundle exec ruby bench/postgres/http_bench.rb #{seconds}` — wrk `-t2 -c<c> -d#{seconds}s
+        --timeout 30s` against each server in turn (one process each, #{ENV.fetch('BENCH_DB_POOL', '32')} database
+        connections each, Puma with as many threads), long statement `pg_sleep(#{ENV.fetch('BENCH_LONG', '0.2')})`.
+        Weft ahead in #{wins} of #{cells} comparisons.
+
+        #{lines.join("\n")}
+
+        Latency p50 / p99 in ms at N=#{ns.min}:
+
+        | c | #{servers.map { |s| labels[s] }.join(' | ')} |
+        |---|#{'---|' * servers.size}
+        #{latency.join("\n")}
+
+        #{charts.join("\n\n")}
+      MARKDOWN
+    end
+  end
+end
+
+if $PROGRAM_NAME == __FILE__
+  seconds = Integer(ARGV.fetch(0, 5))
+  puts PostgresBench::HttpBench.report(seconds)
+end
