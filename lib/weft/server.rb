@@ -57,6 +57,7 @@ module Weft
       @stop_reader, @stop_writer = IO.pipe
       @capacity_waiter = nil
       @env_templates = {}.compare_by_identity
+      @host_cache = {}
       @multiprocess = !worker_index.nil?
     end
 
@@ -310,22 +311,31 @@ module Weft
       end
     end
 
+    # SERVER_NAME and SERVER_PORT from the Host header (or the listener). Clients send the same
+    # few Host values over and over, so the split is cached per distinct value.
     def fill_server_name(env, listener)
       host = env["HTTP_HOST"]
       if host && !host.empty?
-        if host.start_with?("[")
-          close = host.index("]") || host.length
-          env["SERVER_NAME"] = host[0..close]
-          port = host[close + 2..]
-        else
-          name, port = host.split(":", 2)
-          env["SERVER_NAME"] = name
-        end
-        env["SERVER_PORT"] = port && !port.empty? ? port : (listener.scheme == "https" ? "443" : "80")
+        name, port = @host_cache[host] || cache_host(host, listener)
+        env["SERVER_NAME"] = name
+        env["SERVER_PORT"] = port
       else
         env["SERVER_NAME"] = listener.host
         env["SERVER_PORT"] = listener.port
       end
+    end
+
+    def cache_host(host, listener)
+      if host.start_with?("[")
+        close = host.index("]") || host.length
+        name = host[0..close]
+        port = host[close + 2..]
+      else
+        name, port = host.split(":", 2)
+      end
+      port = listener.scheme == "https" ? "443" : "80" if port.nil? || port.empty?
+      @host_cache.clear if @host_cache.size >= 64
+      @host_cache[host.dup.freeze] = [name.freeze, port.freeze].freeze
     end
 
     # Statistics endpoints, answered by the server itself when configured.

@@ -245,7 +245,12 @@ module Weft
           raise ClientTimeout, "request head not complete" if remaining <= 0
           read_some(@buffer, remaining)
         end
-        @buffer = length == @buffer.bytesize ? String.new(encoding: Encoding::BINARY) : @buffer.byteslice(length, @buffer.bytesize - length)
+        # The env holds copies, so a fully consumed buffer is simply reused.
+        if length == @buffer.bytesize
+          @buffer.clear
+        else
+          @buffer = @buffer.byteslice(length, @buffer.bytesize - length)
+        end
         env
       rescue HTTP1::ParseError => e
         @server.statistics.parse_error!

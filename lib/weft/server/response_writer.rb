@@ -51,7 +51,7 @@ module Weft
         app_chunked = false
         headers.each do |name, value|
           name = name.to_s
-          lower = name.downcase
+          lower = LOWERCASE[name] || lowercase(name)
           if lower.start_with?("rack.")
             hijack = value if lower == "rack.hijack"
             next
@@ -149,6 +149,15 @@ module Weft
             head << name << ": " << value << CRLF
           end
         end
+      end
+
+      # Lower-case forms of header names seen before (Rack 2 apps send "Content-Type").
+      LOWERCASE = {}
+
+      def lowercase(name)
+        lower = name.downcase.freeze
+        LOWERCASE[name.dup.freeze] = lower if LOWERCASE.size < 1000
+        lower
       end
 
       def valid_name?(name)
