@@ -87,6 +87,10 @@ class HTTPClientTest < Minitest::Test
     error = assert_raises(ArgumentError) { http.post("/", body: %w[abc].each, headers: { "content-length" => "10" }) }
     assert_match(/ended after 3 of 10/, error.message)
     assert_equal "GET /after? ", http.get("/after").body
+    assert_raises(ArgumentError) { http.post("/", body: "four", headers: { "content-length" => "9" }) }
+    assert_raises(ArgumentError) { http.post("/", body: "four", headers: { "content-length" => "4x" }) }
+    chunked = http.post("/te", body: "by caller", headers: { "transfer-encoding" => "chunked" })
+    assert_equal "POST /te? by caller", chunked.body
     assert_raises(ArgumentError) { http.get("/café") }
   end
 

@@ -78,7 +78,7 @@ module Weft
         extra += @proxy_headers if @proxied
         head = request.head(absolute: @proxied, extra: extra)
         length = request.body_length
-        if length && length <= 16_384 && request.body.is_a?(String)
+        if length && length <= 16_384 && request.body.is_a?(String) && request.body.bytesize == length
           write(head << request.body.b, budget) # one segment for the common small request
         elsif length
           write(head, budget)

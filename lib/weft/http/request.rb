@@ -61,6 +61,7 @@ module Weft
         @target = target
         @headers = Request.fields(headers)
         @names = @headers.map { |field, _| field.downcase }
+        check_declared_length
         @body = body
         @body_start = body.respond_to?(:pos) ? safe_pos(body) : nil
       end
@@ -116,16 +117,17 @@ module Weft
         head << "\r\n"
       end
 
-      # @return [Integer, nil] the body's length if known up front (0 without a body)
+      # @return [Integer, nil] the body's length if known up front (0 without a body); nil
+      #   means it goes out chunked. A Content-Length or Transfer-Encoding set by the caller wins.
       def body_length
-        return 0 if @body.nil?
-        return @body.bytesize if @body.is_a?(String)
-        return Integer(self["content-length"]) if self["content-length"]
-        return @body.sum(&:bytesize) if @body.is_a?(Array)
-        return @body.size - (@body_start || 0) if @body.respond_to?(:read) && @body.respond_to?(:size) && @body.size
-        nil
-      rescue StandardError
-        nil
+        return nil if self["transfer-encoding"]
+        return Integer(self["content-length"], 10) if self["content-length"]
+        case @body
+        when nil then 0
+        when String then @body.bytesize
+        when Array then @body.sum(&:bytesize)
+        else io_length
+        end
       end
 
       # Yields the body in pieces of at most `size` bytes.
@@ -182,6 +184,22 @@ module Weft
 
       def url_for_join
         @origin.unix? ? "http://localhost#{@target}" : url
+      end
+
+      def check_declared_length
+        declared = self["content-length"]
+        return unless declared
+        raise ArgumentError, "invalid Content-Length #{declared.inspect}" unless declared.match?(/\A\d+\z/)
+        return unless @body.is_a?(String) && @body.bytesize != Integer(declared, 10)
+        raise ArgumentError, "Content-Length #{declared} does not match the body's #{@body.bytesize} bytes"
+      end
+
+      def io_length
+        return nil unless @body.respond_to?(:read) && @body.respond_to?(:size)
+        size = @body.size
+        size && size - (@body_start || 0)
+      rescue StandardError # a pipe or socket has no size
+        nil
       end
 
       def safe_pos(io)
