@@ -2,6 +2,7 @@
 
 # Opens COUNT keep-alive connections to 127.0.0.1:PORT, makes one request on each (so each is
 # a used, idle keep-alive connection), prints "ready N" and holds them until stdin closes.
+# Gives up opening more after IDLE_CLIENT_SECONDS (60).
 #   ruby bench/server/idle_client.rb PORT COUNT
 require "socket"
 
@@ -11,7 +12,7 @@ Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1])
 request = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 sockets = []
 failed = 0
-deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 120
+deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + Integer(ENV.fetch("IDLE_CLIENT_SECONDS", "60"))
 count.times do
   break if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
   begin

@@ -180,7 +180,7 @@ module Weft
           return if @detached # hijacked: the socket is the app's now
           return close unless keep_alive
           next unless @buffer.empty? # pipelined requests are answered in order
-          return unless read_available(@server.config[:idle_timeout])
+          return unless read_available(@server.config[:idle_timeout], speculative: false)
         end
       rescue ClientGone, ClientTimeout
         close
@@ -196,11 +196,16 @@ module Weft
       # usually comes within milliseconds, and waiting for it in this fiber costs one io_wait,
       # where parking costs an epoll registration, a wake-up and a new task (docs/server.md
       # has the measurements).
-      def read_available(park_timeout)
+      #
+      # `speculative` tries a read before waiting: right for a new or just-woken connection, and
+      # for TLS (decrypted bytes may be buffered). Just after a response the next request has
+      # almost never arrived yet, so the read would only cost an EAGAIN syscall.
+      def read_available(park_timeout, speculative: true)
         return true unless @buffer.empty?
-        return true if fill_now
+        return true if (speculative || !@io.equal?(@socket)) && fill_now
         linger = @server.config[:linger]
         return true if linger&.positive? && !@server.stopping? && @socket.wait_readable(linger) && fill_now
+        return true if !speculative && fill_now # lingering was off: the one read not yet tried
         if @server.stopping?
           close
         else
