@@ -6,9 +6,9 @@
 #
 # BENCH_POOL picks how the app reaches PostgreSQL:
 #   weft            - Weft::Postgres::Pool, pipelining on (for `weft serve`)
-#   connection_pool - the connection_pool gem around plain PG connections (for Puma's threads,
-#                     and for Falcon, where `pg` is fiber-concurrent under async's scheduler and
-#                     connection_pool keys checkouts per fiber)
+#   connection_pool - the connection_pool gem around plain PG connections (for Puma's threads)
+#   async_pool      - async-pool's Async::Pool::Controller around plain PG connections (for
+#                     Falcon: `pg` is fiber-concurrent under async's scheduler)
 # BENCH_DB_POOL connections at most (default 32), BENCH_LONG seconds (default 0.2),
 # DATABASE_URL the server.
 require "pg"
@@ -27,8 +27,31 @@ run_sql =
     require "connection_pool"
     pool = ConnectionPool.new(size: size, timeout: 60) { PG.connect(url) }
     ->(sql) { pool.with { |conn| conn.exec(sql) } }
+  when "async_pool"
+    require "async/pool/controller"
+    require "async/pool/resource"
+    # A PG::Connection as an async-pool resource (one statement at a time).
+    resource = Class.new(Async::Pool::Resource) do
+      attr_reader :connection
+
+      def initialize(url)
+        super()
+        @connection = PG.connect(url)
+      end
+
+      def close
+        @connection.close
+        super
+      end
+    end
+    require "async/semaphore"
+    pool = Async::Pool::Controller.wrap(limit: size) { resource.new(url) }
+    # async-pool's limit was seen to overshoot (38 connections for limit 32) while resources
+    # are being created; the semaphore keeps Falcon to the same connection budget as the others.
+    budget = Async::Semaphore.new(size)
+    ->(sql) { budget.acquire { pool.acquire { |r| r.connection.exec(sql) } } }
   else
-    raise ArgumentError, "BENCH_POOL must be weft or connection_pool"
+    raise ArgumentError, "BENCH_POOL must be weft, connection_pool or async_pool"
   end
 
 counter = 0

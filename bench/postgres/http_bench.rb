@@ -3,7 +3,7 @@
 # The seed's table through HTTP: a long statement (pg_sleep) every N requests, short
 # (`select 1`) otherwise, N = 5, 10, 20, 50, 100, at concurrency 10, 100 and 1000, served by
 # Weft (Weft::Postgres::Pool, pipelined), Puma (threads, connection_pool) and Falcon (fibers
-# under async, plain `pg` + connection_pool), one process each, the same number of database
+# under async, plain `pg` + async-pool), one process each, the same number of database
 # connections each. Load from wrk.
 #
 #   bundle exec ruby bench/postgres/http_bench.rb [seconds_per_cell]   # prints Markdown
@@ -26,7 +26,7 @@ module PostgresBench
         threads = ENV.fetch("BENCH_DB_POOL", "32")
         ["bundle", "exec", "puma", "-b", "tcp://127.0.0.1:#{port}", "-t", "#{threads}:#{threads}", "-w", "0", "-s", APP]
       }],
-      "falcon" => ["Falcon", "connection_pool", lambda { |port|
+      "falcon" => ["Falcon", "async_pool", lambda { |port|
         ["bundle", "exec", "falcon", "serve", "-b", "http://127.0.0.1:#{port}", "-n", "1", "--forked", "-c", APP]
       }],
     }.freeze
@@ -100,6 +100,7 @@ module PostgresBench
       out, status = Open3.capture2e("wrk", "-t#{threads}", "-c#{connections}", "-d#{seconds}s", "--timeout", "30s",
                                     "--latency", "http://127.0.0.1:#{port}/?n=#{n}")
       raise "wrk failed: #{out}" unless status.success?
+      warn "wrk reported no rate:\n#{out}" unless out.match?(/Requests\/sec/)
       errors = out[/Non-2xx or 3xx responses: (\d+)/, 1].to_i
       out[/Socket errors: (.+)/, 1].to_s.scan(/\d+/).each { |count| errors += count.to_i }
       { rps: out[/Requests\/sec:\s+([\d.]+)/, 1].to_f, errors: errors,
