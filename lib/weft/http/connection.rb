@@ -228,16 +228,19 @@ module Weft
       # Appends what the socket has to the buffer.
       # @return [Integer, nil] bytes read, nil at end of stream
       def fill(budget)
-        piece = read_socket(READ_SIZE, budget)
+        # Read into a scratch string kept for the connection's life: a fresh 64 KiB String per
+        # read would cost an allocation for every response head.
+        piece = read_socket(READ_SIZE, budget, @scratch ||= String.new(capacity: READ_SIZE, encoding: Encoding::BINARY))
         return nil unless piece
         @buffer << piece
         piece.bytesize
       end
 
+      # @param into [String, nil] a buffer to read into (returned), or nil for a new String
       # @return [String, nil] up to `size` bytes, nil at end of stream
-      def read_socket(size, budget)
+      def read_socket(size, budget, into = nil)
         loop do
-          case (piece = @socket.read_nonblock(size, exception: false))
+          case (piece = @socket.read_nonblock(size, into, exception: false))
           when :wait_readable then budget.wait(@io, :read)
           when :wait_writable then budget.wait(@io, :read, writable: true) # TLS renegotiation
           else
