@@ -204,6 +204,39 @@ class PostgresPoolTest < Minitest::Test
     end
   end
 
+  def test_pin_reads_out_statements_whose_callers_all_left
+    db = pool(size: 1)
+    reactor do
+      head = Weft.spawn { db.query("select pg_sleep(0.3)") }
+      behind = Weft.spawn { db.query("select 'behind'") }
+      sleep 0.05
+      [head, behind].each(&:cancel) # two in flight: no server cancel, nobody left reading
+      Weft.gather([head, behind], collect: true)
+      assert_equal 2, db.statistics[:in_flight]
+      pid = assert_elapsed_under(2.0) { db.with(&:backend_pid) }
+      assert_kind_of Integer, pid
+      assert_equal "ok", db.query("select 'ok'").getvalue(0, 0)
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  def test_connection_killed_with_statements_in_flight_fails_them_clearly
+    db = pool(size: 1)
+    reactor do
+      pid = db.query("select pg_backend_pid()").getvalue(0, 0)
+      running = Weft.spawn { db.query("select pg_sleep(5)") }
+      queued = Array.new(3) { |i| Weft.spawn { db.query("select $1::int", i) } }
+      sleep 0.1
+      postgres.psql("select pg_terminate_backend(#{pid})")
+      assert_raises(PG::AdminShutdown, PG::ConnectionBad) { running.wait }
+      queued.each do |task|
+        error = assert_raises(Weft::Postgres::ConnectionError) { task.wait }
+        assert_includes error.message, "#{postgres.host}:#{postgres.port}"
+      end
+      refute_equal pid, db.query("select pg_backend_pid()").getvalue(0, 0)
+    end
+  end
+
   def test_timeout_around_a_query_leaves_the_pool_healthy
     db = pool(size: 1)
     reactor do
@@ -226,6 +259,7 @@ class PostgresPoolTest < Minitest::Test
     db = pool(size: 1, checkout_timeout: 0.2)
     reactor do
       holder = Weft.spawn { db.with { sleep 1 } }
+      sleep 0.05 # let it pin the only connection
       error = assert_elapsed_under(0.8) { assert_raises(Weft::Postgres::PoolTimeout) { db.with {} } }
       assert_match(/within 0.2s/, error.message)
       assert_raises(Weft::Postgres::PoolTimeout) { db.query("select 1") }

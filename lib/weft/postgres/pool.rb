@@ -164,7 +164,7 @@ module Weft
             pinned: pinned,
             shared: shared,
             busy: pinned + shared,
-            waiting: @waiting,
+            waiting: @waiting + @pin_queue.size,
             in_flight: @shared.sum { |connection| connection.pipeline.depth },
             max_depth: @max_depth,
             queries: @queries,
@@ -229,14 +229,13 @@ module Weft
         @pid = Process.pid
         @lock = Thread::Mutex.new
         @slot_freed = Thread::ConditionVariable.new     # a pipeline slot or connection came free
-        @connection_freed = Thread::ConditionVariable.new # a connection came free (pin waiters)
+        @pin_queue = [] # Tickets of callers waiting to pin, first come first served
         @connections = []
         @idle = []      # free, most recently used last
         @shared = []    # carrying pipelined statements
         @pinned = []
         @connecting = 0
         @waiting = 0
-        @pin_waiting = 0
         @queries = 0
         @pipelined_queries = 0
         @max_depth = 0
@@ -276,7 +275,7 @@ module Weft
       def shared_pipeline
         deadline = Timers.now + @checkout_timeout
         loop do
-          if @idle.size > @pin_waiting && (connection = take_idle)
+          if (connection = take_idle)
             return share(connection)
           end
           return share(open_connection) if room?
@@ -315,16 +314,14 @@ module Weft
 
       # --- Pinned use ---------------------------------------------------------------------------
 
+      # A caller waiting to pin; a connection given back is handed straight to the first one,
+      # so callers that keep coming back cannot overtake those already waiting.
+      Ticket = Struct.new(:condition, :connection)
+      private_constant :Ticket
+
       def checkout_pinned
         synchronize do
-          deadline = Timers.now + @checkout_timeout
-          connection = nil
-          until connection
-            connection = take_idle || (open_connection if room?)
-            next if connection
-
-            drain_one_for_pin(deadline)
-          end
+          connection = (take_idle if @pin_queue.empty?) || (open_connection if room?) || wait_for_connection
           connection.exit_pipeline_mode
           @pinned << connection
           connection
@@ -332,29 +329,45 @@ module Weft
       end
 
       # All connections are busy: stop feeding one shared connection so that it empties, and
-      # wait for a connection to come free. If the emptying connection has nobody reading its
-      # results (its callers left), read them here.
-      def drain_one_for_pin(deadline)
+      # wait for a connection to be handed over. If the emptying connection has nobody reading
+      # its results (its callers left), read them here.
+      def wait_for_connection
+        deadline = Timers.now + @checkout_timeout
+        ticket = Ticket.new(Thread::ConditionVariable.new, nil)
+        @pin_queue << ticket
+        taken = false
+        begin
+          until ticket.connection
+            return (taken = open_connection) if room?
+
+            remaining = deadline - Timers.now
+            raise_pool_timeout if remaining <= 0
+            if (orphan = pipeline_to_drain)
+              drain(orphan, remaining)
+            else
+              ticket.condition.wait(@lock, remaining)
+            end
+          end
+          taken = ticket.connection
+        ensure
+          @pin_queue.delete(ticket)
+          release(ticket.connection) if ticket.connection && !taken.equal?(ticket.connection)
+        end
+      end
+
+      # Marks the least loaded shared connection as draining (unless one is already) and
+      # returns a draining one that nobody is reading, if any.
+      def pipeline_to_drain
         if @shared.none? { |connection| connection.pipeline.draining? }
           @shared.min_by { |connection| connection.pipeline.depth }&.pipeline&.draining = true
         end
-        orphan = @shared.map(&:pipeline).find { |pipeline| pipeline.draining? && !pipeline.reading? }
-        if orphan
-          remaining = deadline - Timers.now
-          raise_pool_timeout if remaining <= 0
-          begin
-            Timeout.timeout(remaining) { orphan.await_empty }
-          rescue Timeout::Error
-            raise_pool_timeout
-          end
-        else
-          @pin_waiting += 1
-          begin
-            wait_for_slot(@connection_freed, deadline)
-          ensure
-            @pin_waiting -= 1
-          end
-        end
+        @shared.map(&:pipeline).find { |pipeline| pipeline.draining? && !pipeline.reading? }
+      end
+
+      def drain(pipeline, remaining)
+        Timeout.timeout(remaining) { pipeline.await_empty }
+      rescue Timeout::Error
+        raise_pool_timeout
       end
 
       def checkin_pinned(connection, clean)
@@ -404,7 +417,7 @@ module Weft
         rescue Exception # rubocop:disable Lint/RescueException
           connection&.close
           @slot_freed.signal
-          @connection_freed.signal
+          @pin_queue.first&.condition&.signal
           raise
         ensure
           @connecting -= 1
@@ -428,9 +441,11 @@ module Weft
         connection.released_at = Timers.now
         if @closed || expired?(connection)
           discard(connection)
+        elsif (ticket = @pin_queue.find { |waiting| waiting.connection.nil? })
+          ticket.connection = connection
+          ticket.condition.signal
         else
           @idle << connection
-          @connection_freed.signal
           @slot_freed.signal
         end
       end
@@ -441,7 +456,7 @@ module Weft
         return unless @connections.delete(connection)
         @discarded += 1
         connection.close
-        @connection_freed.signal
+        @pin_queue.first&.condition&.signal # room for a new connection
         @slot_freed.signal
       end
 
