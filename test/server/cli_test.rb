@@ -5,6 +5,7 @@ require_relative "support/server_helpers"
 require_relative "support/process_helpers"
 require "openssl"
 require "tmpdir"
+require "English"
 
 # `weft serve` options, the config file DSL, unix:// and ssl:// binds, and `rackup -s weft`.
 class ServerCLITest < Minitest::Test
@@ -68,6 +69,10 @@ class ServerCLITest < Minitest::Test
     output = IO.popen([RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", "--bogus", err: %i[child out]], &:read)
     assert_match(/invalid option: --bogus/, output)
     assert_match(/Usage: weft serve/, output)
+    output = IO.popen([RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", "/nonexistent.ru", err: %i[child out]], &:read)
+    assert_match(/no Rack app: \/nonexistent.ru not found/, output)
+    refute $CHILD_STATUS.success?
+    assert_equal "weft #{Weft::VERSION}\n", IO.popen([RbConfig.ruby, File.join(ROOT, "exe/weft"), "version"], &:read)
   end
 
   private

@@ -2,6 +2,7 @@
 
 require "optparse"
 require_relative "config"
+require_relative "../version"
 
 module Weft
   class Server

@@ -142,7 +142,9 @@ module Weft
         @signal_reader.close
         @signal_writer.close
         @workers.each { |worker| worker.ready_reader&.close }
-        SIGNALS.each { |name| Signal.trap(name, "DEFAULT") }
+        # The master's signals mean nothing to a worker; a stray USR1/USR2/TTIN sent to the
+        # whole process group must not kill (or, for TTIN, suspend) it.
+        SIGNALS.each { |name| Signal.trap(name, %w[USR1 USR2 TTIN TTOU].include?(name) ? "IGNORE" : "DEFAULT") }
         $PROGRAM_NAME = "weft worker #{index}#{" (#{@config[:tag]})" if @config[:tag]}"
         status = 0
         begin

@@ -18,6 +18,9 @@ module Weft
       # Runs until stopped by a signal. @return [void]
       def run
         apply_environment
+        unless @config[:app] || File.exist?(@config[:rackup])
+          raise ArgumentError, "no Rack app: #{@config[:rackup]} not found"
+        end
         if @config.worker_count.zero?
           run_single
         else
