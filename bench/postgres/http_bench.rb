@@ -18,6 +18,8 @@ module PostgresBench
   # The through-the-server benchmark.
   module HttpBench
     APP = File.join(__dir__, "app.ru")
+    # Differences smaller than this fraction count as ties.
+    TIE = 0.03
 
     # name => [label, BENCH_POOL, command (with PORT)]
     SERVERS = {
@@ -128,6 +130,7 @@ module PostgresBench
                "#{(servers - ['weft']).map { |s| "Weft / #{labels[s]}" }.join(' | ')} |"
       lines = [header, "|#{'---|' * (2 + servers.size + servers.size - 1)}"]
       wins = 0
+      ties = 0
       cells = 0
       cs.each do |c|
         ns.each do |n|
@@ -139,7 +142,8 @@ module PostgresBench
             weft = results[["weft", n, c]][:rps]
             other = results[[s, n, c]][:rps]
             cells += 1
-            wins += 1 if weft > other
+            wins += 1 if weft > other * (1 + TIE)
+            ties += 1 if (weft - other).abs <= other * TIE
             other.positive? ? format("%.2fx", weft / other) : "n/a"
           end
           lines << "| #{n} | #{c} | #{figures.join(' | ')} | #{ratios.join(' | ')} |"
@@ -158,7 +162,8 @@ module PostgresBench
         Command: `bundle exec ruby bench/postgres/http_bench.rb #{seconds}` — wrk `-t2 -c<c> -d#{seconds}s
         --timeout 30s` against each server in turn (one process each, #{ENV.fetch('BENCH_DB_POOL', '32')} database
         connections each, Puma with as many threads), long statement `pg_sleep(#{ENV.fetch('BENCH_LONG', '0.2')})`.
-        Weft ahead in #{wins} of #{cells} comparisons.
+        Weft ahead by more than #{(TIE * 100).round}% in #{wins} of #{cells} comparisons, within
+        #{(TIE * 100).round}% (a tie: run-to-run noise on this shared machine is about that) in #{ties}.
 
         #{lines.join("\n")}
 
