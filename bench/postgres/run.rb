@@ -39,6 +39,28 @@ markdown = <<~MARKDOWN
 
   #{pool_section}
   #{http_section}
+  ## Reading the results
+
+  - **`select 1`, pipelined vs not.** Not pipelined, at most 4 statements are in flight (one per
+    connection), so throughput is 4 / round trip. Pipelined, ~25 per connection are in flight and
+    the limit becomes the Ruby process's CPU: `pg` and libpq cost about 17 µs per statement
+    (result objects for the statement and its sync point), which caps one Ruby thread near
+    55,000 statements/s on this machine (a bare single-fiber `pg` pipeline loop measured 53,500).
+    The 5x target is not met here: on loopback with PostgreSQL on the same two cores the round
+    trip is short (~240 µs under load), so the not-pipelined baseline is already 16-28k/s. The
+    ratio grows with the round trip (a database on another host), which this machine cannot show
+    without adding latency to loopback for every process on it.
+  - **Through the server.** With the same 32 database connections for every server, a cell is
+    bounded by the long statements whenever they occupy every connection: at most
+    32 / 0.2 s × N requests/s (800 at N=5, 1,600 at N=10, 3,200 at N=20), and at concurrency 10 by
+    10 / (0.2 s / N). All three servers reach those bounds, so those cells are ties by
+    construction. Where the short statements dominate (N = 50, 100 at concurrency 100 and 1000),
+    Weft's per-request cost and pipelining decide; a statement queued behind a long one on a
+    pipelined connection waits for it (the pool steers new statements away from connections whose
+    head has run over 2 ms, but cannot move one already sent), which is where Weft loses
+    percentage points at N=10, c=1000.
+  - The machine is shared with other engineers' benchmarks; cells move by 5-50% between runs
+    when another load runs at the same time. Compare columns within one run.
 MARKDOWN
 
 path = File.join(ROOT, "bench/results/postgres.md")
