@@ -18,6 +18,19 @@ class PostgresFrameworksTest < Minitest::Test
     end
   end
 
+  # The same app under ActiveRecord 7.1, from gemfiles/rails71.gemfile's bundle.
+  def test_active_record_71_requests_overlap_under_weft
+    gemfile = File.join(ROOT, "gemfiles/rails71.gemfile")
+    env = { "BUNDLE_GEMFILE" => gemfile, "BUNDLE_PATH" => File.join(ROOT, "vendor/bundle") }
+    installed = Bundler.with_unbundled_env { system(env, "bundle", "check", out: File::NULL, err: File::NULL) }
+    skip "the ActiveRecord 7.1 bundle is not installed (BUNDLE_GEMFILE=#{gemfile} bundle install)" unless installed
+    serve(File.join(APPS, "active_record.ru"), bundle: env) do |port|
+      assert_equal "probe p 1", get(port, "/probe")
+      assert_equal "7.1", get(port, "/version")[0, 3]
+      assert_overlapping_sleeps(port)
+    end
+  end
+
   def test_sequel_requests_overlap_under_weft
     serve(File.join(APPS, "sequel.ru")) do |port|
       assert_equal "probe s", get(port, "/probe")
@@ -41,13 +54,15 @@ class PostgresFrameworksTest < Minitest::Test
   end
 
   # Runs `weft serve` on the rackup file in a single process and yields its port.
-  def serve(rackup)
+  # With `bundle:` (environment naming another Gemfile) the server runs under that bundle.
+  def serve(rackup, bundle: nil)
     skip "Weft's server (exe/weft) is not available" unless File.exist?(File.join(ROOT, "lib/weft/server.rb"))
     port = free_tcp_port
     log = Tempfile.new("weft-serve")
     env = { "DATABASE_URL" => postgres.url, "RUBYLIB" => File.join(ROOT, "lib") }
-    pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", rackup,
-                        "-b", "tcp://127.0.0.1:#{port}", "-w", "0", "-q", out: log.path, err: log.path, chdir: ROOT)
+    command = [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", rackup, "-b", "tcp://127.0.0.1:#{port}", "-w", "0", "-q"]
+    spawn = -> { Process.spawn(env.merge(bundle || {}), *(bundle ? ["bundle", "exec"] : []), *command, out: log.path, err: log.path, chdir: ROOT) }
+    pid = bundle ? Bundler.with_unbundled_env(&spawn) : spawn.call
     wait_until_listening(port, pid, log)
     yield port
   ensure

@@ -22,6 +22,7 @@ run lambda { |env|
     when "/probe"
       probe = WeftProbe.create!(name: "p")
       "probe #{WeftProbe.find(probe.id).name} #{WeftProbe.where(id: probe.id).count}"
+    when "/version" then ActiveRecord.version.to_s
     else "pid #{conn.select_value('select pg_backend_pid()')}"
     end
   end
