@@ -126,6 +126,36 @@ class PostgresPoolTest < Minitest::Test
     end
   end
 
+  def test_inside_with_the_fiber_keeps_its_connection
+    db = pool(size: 2)
+    reactor do
+      db.query("create table if not exists nest_test (v int)")
+      db.query("truncate nest_test")
+      db.with do |conn|
+        conn.exec("set application_name = 'nested'")
+        assert_equal conn.backend_pid, db.with(&:backend_pid)
+        assert_equal "nested", db.query("show application_name").getvalue(0, 0)
+        db.transaction do
+          db.query("insert into nest_test values (1)")
+          db.transaction { |inner| inner.exec("insert into nest_test values (2)") } # joins the outer one
+          assert_equal "2", db.query("select count(*) from nest_test").getvalue(0, 0)
+        end
+        assert_raises(RuntimeError) do
+          db.transaction do
+            db.query("insert into nest_test values (3)")
+            raise "inner failure"
+          end
+        end
+        # The failed transaction was rolled back at once; the session goes on.
+        assert_equal PG::PQTRANS_IDLE, conn.transaction_status
+        assert_equal "2", db.query("select count(*) from nest_test").getvalue(0, 0)
+        conn.exec("reset application_name") # leave the session as found
+      end
+      assert_equal 0, db.statistics[:pinned]
+      assert_equal "2", db.query("select count(*) from nest_test").getvalue(0, 0)
+    end
+  end
+
   def test_transaction_commits_and_rolls_back
     db = pool(size: 2)
     reactor do

@@ -100,7 +100,12 @@ module Weft
       # @raise [ConnectionError] when the server cannot be reached or the connection is lost
       def query(sql, *params)
         raise ArgumentError, "Pool#query cannot open a transaction; use Pool#transaction" if sql.match?(TRANSACTION_START)
-        return with { |conn| conn.exec_params(sql, params) } unless @pipelining
+        unless @pipelining && !pinned
+          return with do |conn|
+            synchronize { @queries += 1 }
+            conn.exec_params(sql, params)
+          end
+        end
 
         request = Request.new(sql, params)
         synchronize do
@@ -118,16 +123,25 @@ module Weft
       # statements) and several statements in a row. The connection goes back to the pool
       # afterwards; if the block was interrupted mid-statement the statement is cancelled and
       # any open transaction rolled back first, or the connection is closed.
+      #
+      # Inside the block the fiber keeps using that connection: a nested #with gets it again,
+      # and #query and #transaction run on it (so they see the block's session and transaction).
       # @yieldparam conn [PG::Connection]
       # @return the block's value
       def with
+        if (connection = pinned)
+          return yield connection.raw
+        end
+
         connection = checkout_pinned
         clean = false
+        Thread.current[@pin_key] = connection # fiber-local
         begin
           value = yield connection.raw
           clean = true
           value
         ensure
+          Thread.current[@pin_key] = nil
           checkin_pinned(connection, clean)
         end
       end
@@ -138,10 +152,20 @@ module Weft
       # @return the block's value
       # @raise [TransactionRolledBack] when COMMIT found the transaction already failed (an
       #   error inside the block was rescued)
+      #
+      # Called inside another #transaction (or a #with block that began one), it joins the
+      # enclosing transaction.
       def transaction
         with do |conn|
+          next yield(conn) unless conn.transaction_status == PG::PQTRANS_IDLE
+
           conn.exec("BEGIN")
-          value = yield conn
+          begin
+            value = yield conn
+          rescue Exception # rubocop:disable Lint/RescueException
+            restore(conn) # roll back now: the caller may rescue and go on using the connection
+            raise
+          end
           if conn.exec("COMMIT").cmd_status == "ROLLBACK"
             raise TransactionRolledBack, "the transaction was rolled back: a statement in it failed"
           end
@@ -225,8 +249,15 @@ module Weft
 
       private
 
+      # The connection this fiber pinned with #with, if any.
+      def pinned
+        connection = Thread.current[@pin_key]
+        connection if connection && connection.pid == Process.pid && @pinned.include?(connection)
+      end
+
       def reset_state
         @pid = Process.pid
+        @pin_key = :"weft_postgres_pin_#{object_id}"
         @lock = Thread::Mutex.new
         @slot_freed = Thread::ConditionVariable.new     # a pipeline slot or connection came free
         @pin_queue = [] # Tickets of callers waiting to pin, first come first served
@@ -372,7 +403,7 @@ module Weft
 
       def checkin_pinned(connection, clean)
         reusable = clean ? connection.raw.transaction_status == PG::PQTRANS_IDLE : false
-        reusable ||= restore(connection)
+        reusable ||= restore(connection.raw)
         synchronize do
           @pinned.delete(connection)
           reusable ? release(connection) : discard(connection)
@@ -384,8 +415,7 @@ module Weft
       # Makes a connection given back mid-statement or mid-transaction usable again: cancels
       # the running statement, reads what is left, rolls back. Bounded by RESET_GRACE.
       # @return [Boolean] whether it worked
-      def restore(connection)
-        raw = connection.raw
+      def restore(raw)
         return false if raw.finished? || raw.status != PG::CONNECTION_OK
         Timeout.timeout(RESET_GRACE) do
           if raw.transaction_status == PG::PQTRANS_ACTIVE
