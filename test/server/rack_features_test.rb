@@ -37,6 +37,18 @@ class ServerRackFeaturesTest < Minitest::Test
     assert closed, "body.close was not called"
   end
 
+  def test_app_content_length_is_sent_once
+    app = ->(_env) { [200, { "Content-Length" => "3", "content-type" => "text/plain" }, Enumerator.new { |y| y << "abc" }] }
+    with_server(app, lint: false) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      response = read_response(socket)
+      assert_equal 1, response.raw.scan(/^content-length:/i).size, response.raw
+      assert_equal "abc", response.body
+      assert_equal "abc", read_response(socket).body # framing intact for the next response
+    end
+  end
+
   def test_header_injection_is_refused_with_500
     app = ->(_env) { [200, { "x-evil" => "a\r\nset-cookie: pwned" }, ["x"]] }
     log = capture_log do

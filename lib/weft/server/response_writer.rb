@@ -56,7 +56,11 @@ module Weft
             hijack = value if lower == "rack.hijack"
             next
           elsif lower == "content-length"
+            # Written once, below, from the parsed value (the app's own line is not copied).
+            value = value.first if value.is_a?(Array) && value.size == 1
+            raise InvalidResponse, "invalid content-length #{value.inspect}" unless value.to_s.match?(/\A\d+\z/)
             length = value.to_s.to_i unless bodyless
+            next
           elsif lower == "connection"
             keep_alive = false if value.to_s.downcase.include?("close")
             next
