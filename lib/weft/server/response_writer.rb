@@ -25,8 +25,6 @@ module Weft
       CONNECTION_CLOSE = "connection: close\r\n"
       CONNECTION_KEEP_ALIVE = "connection: keep-alive\r\n"
       CHUNKED = "transfer-encoding: chunked\r\n"
-      # Header lines that only the server sets, or that must not leave it.
-      SKIPPED = %w[keep-alive].freeze
       # Joining head and body into one write pays while the body is small.
       COALESCE_LIMIT = 65_536
 
@@ -70,7 +68,7 @@ module Weft
             next unless app_chunked
           elsif lower == "date"
             dated = true
-          elsif SKIPPED.include?(lower)
+          elsif lower == "keep-alive" # hop-by-hop: the server decides about persistence
             next
           end
           append_header(head, name, value)

@@ -14,12 +14,14 @@ module Weft
 
       attr_reader(*COUNTERS)
 
+      # @param server [Server] read for the gauges (in-flight, open and idle connections)
       def initialize(server)
         @server = server
         @started = Time.now
         COUNTERS.each { |name| instance_variable_set(:"@#{name}", 0) }
       end
 
+      # Counting, one method per counter (called by the server and its connections).
       def request!
         @requests += 1
       end

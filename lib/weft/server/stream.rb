@@ -10,8 +10,6 @@ module Weft
         @connection = connection
         @io = connection.hijack
         @pending = connection.take_buffered # bytes the client sent after the request
-        @read_closed = false
-        @write_closed = false
       end
 
       def inspect
@@ -51,36 +49,39 @@ module Weft
         raise IOError, "stream closed by the client: #{e.message}"
       end
 
+      # Writes and returns self, like IO#<<.
       def <<(data)
         write(data)
         self
       end
 
+      # Writes are not buffered: nothing to flush.
       def flush
         self
       end
 
+      # Stops reading (shuts down the socket's read side).
       def close_read
-        @read_closed = true
         @io.close_read if @io.respond_to?(:close_read) && !@io.closed?
       rescue IOError, SystemCallError
         nil
       end
 
+      # Stops writing (the client sees end of stream), reading may go on.
       def close_write
-        @write_closed = true
         @io.close_write if @io.respond_to?(:close_write) && !@io.closed?
       rescue IOError, SystemCallError
         nil
       end
 
+      # Closes the connection.
       def close
-        @read_closed = @write_closed = true
         @io.close unless @io.closed?
       rescue IOError, SystemCallError
         nil
       end
 
+      # @return [Boolean]
       def closed?
         @io.closed?
       end
