@@ -37,6 +37,27 @@ class ServerRackFeaturesTest < Minitest::Test
     assert closed, "body.close was not called"
   end
 
+  def test_malformed_rack_responses_give_500
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/nil" then nil
+      when "/status" then ["abc", {}, []]
+      when "/headers" then [200, nil, []]
+      else [200, {}, nil]
+      end
+    end
+    log = capture_log do
+      with_server(app, lint: false) do |_, port|
+        %w[/nil /status /headers /body].each do |path|
+          response, = raw_request(port, "GET #{path} HTTP/1.1\r\nHost: x\r\n\r\n")
+          assert_equal 500, response.status, path
+        end
+        assert_equal "500", http_get(port, "/nil").code # still serving
+      end
+    end
+    assert_match(/invalid response/, log)
+  end
+
   def test_app_content_length_is_sent_once
     app = ->(_env) { [200, { "Content-Length" => "3", "content-type" => "text/plain" }, Enumerator.new { |y| y << "abc" }] }
     with_server(app, lint: false) do |_, port|

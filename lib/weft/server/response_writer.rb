@@ -38,6 +38,10 @@ module Weft
       def write(connection, env, status, headers, body, keep_alive)
         status = Integer(status) rescue raise(InvalidResponse, "invalid status #{status.inspect}") # rubocop:disable Style/RescueModifier
         raise InvalidResponse, "invalid status #{status}" unless status.between?(100, 999)
+        raise InvalidResponse, "headers must respond to each, got #{headers.class}" unless headers.respond_to?(:each)
+        unless body.respond_to?(:each) || body.respond_to?(:call)
+          raise InvalidResponse, "body must respond to each or call, got #{body.class}"
+        end
         head_request = env["REQUEST_METHOD"] == "HEAD"
         http10 = env["SERVER_PROTOCOL"] == "HTTP/1.0"
         bodyless = status < 200 || status == 204 || status == 304
