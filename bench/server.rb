@@ -230,7 +230,7 @@ module ServerBench
     out << "Every server runs as one process with the same app (`bench/server/app.ru`, RACK_ENV=production): " \
            "`weft serve -w 0`, `puma -w 0 -t 5:5`, `falcon serve --forked -n 1`. Load: `wrk -t1` " \
            "(one thread leaves the second core to the server), `ab` for the PostgreSQL test. " \
-           "The machine is shared with other jobs, so figures move by ±15 % between runs: all three servers run " \
+           "The machine is shared with other jobs, so figures move by up to ±25 % between runs: all three servers run " \
            "at once (idle while another is measured) and each throughput figure is the better of #{ROUNDS} runs " \
            "taken in alternating server order.\n\n"
     throughput_section(out, results, "hello, 50 connections", "target: ≥ 2x Puma and ≥ 2x Falcon")
