@@ -43,8 +43,20 @@ class PostgresPoolTest < Minitest::Test
     results.each_with_index { |values, fiber| assert_equal Array.new(20) { |i| (fiber * 100) + i }, values }
     stats = db.statistics
     assert_operator stats[:connects], :<=, 4
-    assert_equal 2000, stats[:pipelined]
+    assert_equal 2000, stats[:queries]
+    assert_operator stats[:pipelined], :>, 1900, "few statements were pipelined: #{stats.inspect}"
     assert_operator stats[:max_depth], :>, 1, "statements were not pipelined: #{stats.inspect}"
+  end
+
+  def test_without_pressure_statements_run_alone_and_never_queue_behind_a_slow_one
+    db = pool(size: 2)
+    reactor do
+      slow = Weft.spawn { db.query("select pg_sleep(1)") }
+      sleep 0.05
+      assert_elapsed_under(0.5) { 20.times { |i| assert_equal i.to_s, db.query("select $1::int", i).getvalue(0, 0) } }
+      slow.wait
+    end
+    assert_equal 0, db.statistics[:pipelined]
   end
 
   def test_an_error_fails_only_its_own_statement_and_the_next_one_is_correct
@@ -205,8 +217,12 @@ class PostgresPoolTest < Minitest::Test
   def test_cancelled_pipelined_statement_is_cancelled_on_the_server
     db = pool(size: 1)
     reactor do
-      task = Weft.spawn { db.query("select pg_sleep(30)") }
-      sleep 0.2
+      blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
+      sleep 0.05
+      task = Weft.spawn { db.query("select pg_sleep(30)") } # waits, then goes down the pipeline
+      blocker.wait
+      sleep 0.1
+      assert_equal 1, db.statistics[:in_flight]
       assert_elapsed_under(1.5) do
         task.cancel
         task.wait
@@ -222,10 +238,14 @@ class PostgresPoolTest < Minitest::Test
   def test_abandoned_statement_behind_others_does_not_disturb_their_results
     db = pool(size: 1)
     reactor do
+      blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
+      sleep 0.05
       first = Weft.spawn { db.query("select pg_sleep(0.3), 'first'").getvalue(0, 1) }
       abandoned = Weft.spawn { db.query("select 'abandoned'") }
       last = Weft.spawn { db.query("select 'last'").getvalue(0, 0) }
+      blocker.wait
       sleep 0.05
+      assert_equal 3, db.statistics[:in_flight]
       abandoned.cancel
       assert_equal "first", first.wait
       assert_equal "last", last.wait
@@ -237,8 +257,11 @@ class PostgresPoolTest < Minitest::Test
   def test_pin_reads_out_statements_whose_callers_all_left
     db = pool(size: 1)
     reactor do
-      head = Weft.spawn { db.query("select pg_sleep(0.3)") }
+      blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
+      sleep 0.05
+      head = Weft.spawn { db.query("select pg_sleep(0.3)") } # these two wait, then share it
       behind = Weft.spawn { db.query("select 'behind'") }
+      blocker.wait
       sleep 0.05
       [head, behind].each(&:cancel) # two in flight: no server cancel, nobody left reading
       Weft.gather([head, behind], collect: true)
@@ -254,9 +277,13 @@ class PostgresPoolTest < Minitest::Test
     db = pool(size: 1)
     reactor do
       pid = db.query("select pg_backend_pid()").getvalue(0, 0)
-      running = Weft.spawn { db.query("select pg_sleep(5)") }
+      blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
+      sleep 0.05
+      running = Weft.spawn { db.query("select pg_sleep(5)") } # these wait, then are pipelined
       queued = Array.new(3) { |i| Weft.spawn { db.query("select $1::int", i) } }
+      blocker.wait
       sleep 0.1
+      assert_equal 4, db.statistics[:in_flight]
       postgres.psql("select pg_terminate_backend(#{pid})")
       assert_raises(PG::AdminShutdown, PG::ConnectionBad) { running.wait }
       queued.each do |task|

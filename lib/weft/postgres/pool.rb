@@ -106,6 +106,9 @@ module Weft
             conn.exec_params(sql, params)
           end
         end
+        if (connection = synchronize { take_unpressed })
+          return run_alone(connection, sql, params)
+        end
 
         request = Request.new(sql, params)
         synchronize do
@@ -316,6 +319,28 @@ module Weft
 
           wait_for_slot(@slot_freed, deadline)
         end
+      end
+
+      # While no connection is shared and nobody waits, a statement gets a free connection to
+      # itself: a plain round trip costs less than the pipeline's bookkeeping, and nothing can
+      # queue behind a slow statement. Pipelining starts once connections run short.
+      def take_unpressed
+        return nil unless @shared.empty? && @waiting.zero? && @pin_queue.empty?
+        connection = take_idle || (open_connection if room?)
+        return nil unless connection
+        connection.exit_pipeline_mode
+        @pinned << connection
+        @queries += 1
+        connection
+      end
+
+      def run_alone(connection, sql, params)
+        clean = false
+        result = connection.raw.exec_params(sql, params)
+        clean = true
+        result
+      ensure
+        checkin_pinned(connection, clean)
       end
 
       def share(connection)
