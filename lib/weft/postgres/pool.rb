@@ -18,7 +18,8 @@ module Weft
     #   pool.with { |conn| conn.exec("set search_path to app"); conn.exec("...") }
     #   pool.transaction { |conn| conn.exec_params("insert ...", [...]) }
     #
-    # `query` shares connections: many fibers' statements travel on one connection at once in
+    # `query` runs a statement alone on a free connection while connections are plentiful; once
+    # they run short it shares them: many fibers' statements travel on one connection at once in
     # libpq pipeline mode (see Pipeline), up to `pipeline_depth` in flight per connection.
     # `with` and `transaction` pin a connection for the caller alone (session state, several
     # statements in one transaction); a pinned connection is out of the shared set until it is
