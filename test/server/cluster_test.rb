@@ -3,6 +3,7 @@
 require_relative "../test_helper"
 require_relative "support/server_helpers"
 require_relative "support/process_helpers"
+require "tmpdir"
 
 class ServerClusterTest < Minitest::Test
   include Weft::Test::ServerHelpers
@@ -63,6 +64,27 @@ class ServerClusterTest < Minitest::Test
         assert_match(/\A\d+\z/, client.value, "workers=#{workers}: in-flight request was cut")
         eventually(10, "workers=#{workers}: exit after TERM") { Process.waitpid(master, Process::WNOHANG) }
         assert_raises(Errno::ECONNREFUSED) { TCPSocket.new("127.0.0.1", port) }
+      end
+    end
+  end
+
+  def test_reuse_port_spreads_connections_evenly_and_survives_a_hot_restart
+    Dir.mktmpdir do |dir|
+      port = free_tcp_port
+      File.write(File.join(dir, "weft.rb"), "workers 2\nreuse_port true\n")
+      with_weft(File.join(FIXTURES, "pid.ru"), "-C", File.join(dir, "weft.rb"), "-p", port.to_s, "-o", "127.0.0.1", port: port) do |master|
+        eventually(15, "two workers") { worker_pids(port).size == 2 }
+        # 60 connections open at once, each answered, then counted by worker.
+        sockets = Array.new(60) { connect(port) }
+        sockets.each { |socket| socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") }
+        counts = sockets.map { |socket| read_response(socket).body }.tally
+        sockets.each(&:close)
+        assert_equal 2, counts.size, counts.inspect
+        counts.each_value { |count| assert_operator count, :>=, 15, "uneven spread: #{counts.inspect}" }
+
+        before = worker_pids(port)
+        Process.kill("USR2", master)
+        eventually(40, "workers replaced by USR2") { (worker_pids(port) & before).empty? && worker_pids(port).size == 2 }
       end
     end
   end

@@ -75,7 +75,7 @@ module Weft
             Listener.inherit(url, Integer(fd))
           end
         else
-          @config.bind_urls.map { |url| Listener.bind(url, backlog: @config[:backlog]) }
+          @config.bind_urls.map { |url| Listener.bind(url, backlog: @config[:backlog], reuse_port: @config[:reuse_port]) }
         end
       end
 
@@ -151,7 +151,7 @@ module Weft
           app = @app || @loader.call
           @config.run_hooks(:after_worker_boot, index)
           board = Statistics::Board.new(@board_dir, index)
-          server = Server.new(app, @config, listeners: @listeners, worker_index: index, board: board)
+          server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board)
           %w[TERM INT QUIT].each { |name| Signal.trap(name) { server.stop } }
           watch_master(master, server)
           ready_writer.write("#{Process.pid}\n")
@@ -165,6 +165,15 @@ module Weft
         $stdout.flush
         $stderr.flush
         exit!(status) # the master's at_exit handlers are not the worker's
+      end
+
+      # The shared sockets; with reuse_port, each TCP address is served instead by a socket of
+      # this worker's own (the master's is bound but not listening), and the kernel hashes new
+      # connections evenly over the workers. The price: connections queued on a worker's socket
+      # are reset when that worker stops (restarts can lose a few, see docs/server.md).
+      def worker_listeners
+        return @listeners unless @config[:reuse_port]
+        @listeners.map { |listener| listener.reuse_port_sibling(@config[:backlog]) || listener }
       end
 
       # A worker whose master died (SIGKILL, crash) stops on its own rather than live on.

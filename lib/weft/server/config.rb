@@ -23,6 +23,7 @@ module Weft
         workers: nil,              # nil: one per CPU; 0: a single process without a master
         preload: false,            # load the app in the master before forking
         backlog: 1024,
+        reuse_port: false,         # cluster: each worker also gets its own SO_REUSEPORT socket
         max_connections: 10_000,   # per process; accept waits while this many are open
         max_requests_per_connection: 10_000,
         first_data_timeout: 30,    # a new connection's first request head must start this soon

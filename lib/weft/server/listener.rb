@@ -21,14 +21,18 @@ module Weft
       # @return [OpenSSL::SSL::SSLContext, nil]
       attr_reader :ssl_context
 
-      # Binds and listens.
-      def self.bind(url, backlog: 1024)
+      # Binds and listens. With `reuse_port`, a TCP socket gets SO_REUSEPORT and is only bound,
+      # not listening: it reserves the address (and is what a hot restart passes on), while each
+      # worker listens on a socket of its own in the same group (#reuse_port_sibling), so the
+      # kernel hashes new connections evenly over the workers.
+      def self.bind(url, backlog: 1024, reuse_port: false)
         uri = URI.parse(url)
         case uri.scheme
         when "tcp", "ssl", "http", "https"
           host = (uri.hostname.nil? || uri.hostname.empty?) ? "0.0.0.0" : uri.hostname
           socket = Socket.new(host.include?(":") ? :INET6 : :INET, :STREAM)
           socket.setsockopt(:SOCKET, :REUSEADDR, true)
+          socket.setsockopt(:SOCKET, :REUSEPORT, true) if reuse_port
           socket.bind(Addrinfo.tcp(host, uri.port || 9292))
         when "unix"
           path = uri.path.to_s.empty? ? uri.opaque.to_s : uri.path
@@ -38,7 +42,7 @@ module Weft
         else
           raise ArgumentError, "unsupported bind URL #{url.inspect} (tcp://, unix:// or ssl://)"
         end
-        socket.listen(backlog)
+        socket.listen(backlog) unless reuse_port && uri.scheme != "unix"
         new(url, socket)
       end
 
@@ -58,6 +62,22 @@ module Weft
         address = socket.local_address
         @port = @unix ? "0" : address.ip_port.to_s
         @host = @unix ? "localhost" : address.ip_address
+      end
+
+      # A second listening socket on the same TCP address (SO_REUSEPORT), for one worker: the
+      # kernel spreads new connections evenly over the sockets of the group by hash.
+      # @return [Listener, nil] nil for Unix sockets or when this socket lacks SO_REUSEPORT
+      def reuse_port_sibling(backlog)
+        return nil if @unix || !@socket.getsockopt(:SOCKET, :REUSEPORT).bool
+        address = @socket.local_address
+        socket = Socket.new(address.ipv6? ? :INET6 : :INET, :STREAM)
+        socket.setsockopt(:SOCKET, :REUSEADDR, true)
+        socket.setsockopt(:SOCKET, :REUSEPORT, true)
+        socket.bind(address)
+        socket.listen(backlog)
+        sibling = self.class.new(@url, socket)
+        socket.close_on_exec = true # only the shared sockets survive a hot restart
+        sibling
       end
 
       # @return [Boolean]
