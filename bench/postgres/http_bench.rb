@@ -39,25 +39,32 @@ module PostgresBench
       ENV.fetch(name, default).split(",").map(&:strip).reject(&:empty?)
     end
 
+    # All servers run at once (idle ones cost nothing) and each cell measures them back to back,
+    # so a change in the machine's other load hits every column alike.
     # @return [Hash{[server, n, c] => Hash}] wrk figures per cell
     def run(seconds)
       raise_file_limit
       ns = list("BENCH_N", "5,10,20,50,100").map { |v| Integer(v) }
       cs = list("BENCH_C", "10,100,1000").map { |v| Integer(v) }
       results = {}
-      list("BENCH_SERVERS", "weft,puma,falcon").each do |server|
-        with_server(server) do |port|
-          wrk(port, 1, 50, 100) # warm-up: connections opened, code loaded
-          cs.each do |c|
-            ns.each do |n|
+      with_servers(list("BENCH_SERVERS", "weft,puma,falcon")) do |ports|
+        ports.each_value { |port| wrk(port, 1, 50, 100) } # warm-up: connections opened, code loaded
+        cs.each do |c|
+          ns.each do |n|
+            ports.each do |server, port|
               results[[server, n, c]] = wrk(port, seconds, c, n)
-              $stderr.puts "#{server} n=#{n} c=#{c}: #{results[[server, n, c]].inspect}"
+              warn "#{server} n=#{n} c=#{c}: #{results[[server, n, c]].inspect}"
               sleep 0.5 # let long statements still in flight finish
             end
           end
         end
       end
       results
+    end
+
+    def with_servers(names, ports = {}, &block)
+      return yield(ports) if names.empty?
+      with_server(names.first) { |port| with_servers(names.drop(1), ports.merge(names.first => port), &block) }
     end
 
     def raise_file_limit
@@ -160,8 +167,12 @@ module PostgresBench
         ## Through the HTTP server: a long statement every N requests
 
         Command: `bundle exec ruby bench/postgres/http_bench.rb #{seconds}` — wrk `-t2 -c<c> -d#{seconds}s
-        --timeout 30s` against each server in turn (one process each, #{ENV.fetch('BENCH_DB_POOL', '32')} database
+        --timeout 30s` against each server in turn, cell by cell (one process each, #{ENV.fetch('BENCH_DB_POOL', '32')} database
         connections each, Puma with as many threads), long statement `pg_sleep(#{ENV.fetch('BENCH_LONG', '0.2')})`.
+        Weft: `weft serve -w 0`, Weft::Postgres::Pool (pipelining on). Puma: `puma -w 0 -t 32:32`,
+        connection_pool + `pg`. Falcon: `falcon serve -n 1 --forked`, async-pool + `pg` (fiber-concurrent
+        under async's scheduler), held to 32 connections by an Async::Semaphore. Same app
+        (bench/postgres/app.ru) for all.
         Weft ahead by more than #{(TIE * 100).round}% in #{wins} of #{cells} comparisons, within
         #{(TIE * 100).round}% (a tie: run-to-run noise on this shared machine is about that) in #{ties}.
 
