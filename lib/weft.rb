@@ -52,11 +52,13 @@ module Weft
     end
 
     # Creates a task running the block (given `args`) and returns it at once. The task starts on
-    # the reactor's next turn, in spawn order, as a child of the current task.
+    # the reactor's next turn, in spawn order, as a child of the current task — or, with
+    # `detached: true`, as a task of its own that cancelling the spawner does not reach (a
+    # server's connections, say, which must outlive the accept loop that spawned them).
     # @return [Task]
-    def spawn(*args, name: nil, &block)
+    def spawn(*args, name: nil, detached: false, &block)
       raise ArgumentError, "Weft.spawn needs a block" unless block
-      scheduler!("Weft.spawn").spawn(Task.current, name, args, block)
+      scheduler!("Weft.spawn").spawn(detached ? nil : Task.current, name, args, block)
     end
 
     # Runs the block with a deadline; past it, Weft::TimeoutError (a Timeout::Error) is raised

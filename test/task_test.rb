@@ -141,6 +141,21 @@ class TaskTest < Minitest::Test
     assert_equal %i[cancelled cancelled], statuses
   end
 
+  def test_a_detached_task_survives_the_cancellation_of_its_spawner
+    Weft.run do
+      detached = nil
+      spawner = Weft.spawn do
+        detached = Weft.spawn(detached: true) { sleep 0.05; :finished }
+        sleep 10
+      end
+      sleep 0.01
+      spawner.cancel
+      spawner.wait
+      assert_nil detached.parent
+      assert_equal :finished, detached.wait
+    end
+  end
+
   def test_self_cancel_raises_at_once
     status = Weft.run do
       task = Weft.spawn do

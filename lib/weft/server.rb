@@ -238,7 +238,7 @@ module Weft
     # Starts a task for a connection. It is not a child of the accepting task, so that
     # cancelling the accept loop at shutdown leaves in-flight requests to finish.
     def serve_in_task(connection, method)
-      Weft.scheduler.spawn(nil, "weft connection", [connection, method], SERVE)
+      Weft.spawn(connection, method, name: "weft connection", detached: true, &SERVE)
     end
 
     SERVE = lambda do |connection, method|
