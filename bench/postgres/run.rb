@@ -55,10 +55,11 @@ markdown = <<~MARKDOWN
     32 / 0.2 s × N requests/s (800 at N=5, 1,600 at N=10, 3,200 at N=20), and at concurrency 10 by
     10 / (0.2 s / N). All three servers reach those bounds, so those cells are ties by
     construction. Where the short statements dominate (N = 50, 100 at concurrency 100 and 1000),
-    Weft's per-request cost and pipelining decide; a statement queued behind a long one on a
-    pipelined connection waits for it (the pool steers new statements away from connections whose
-    head has run over 2 ms, but cannot move one already sent), which is where Weft loses
-    percentage points at N=10, c=1000.
+    Weft's per-request cost and its pool decide. The pool runs a statement alone on a free
+    connection while there is one and pipelines only when connections run short; pipelining
+    everything had cost up to 25% in those cells (a statement queued behind a long one on a
+    pipelined connection waits for it, and at low depth the pipeline's bookkeeping costs more
+    Ruby work than a plain round trip).
   - The machine is shared with other engineers' benchmarks; cells move by 5-50% between runs
     when another load runs at the same time. Compare columns within one run.
 MARKDOWN
