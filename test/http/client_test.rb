@@ -7,23 +7,7 @@ require "zlib"
 require "stringio"
 
 class HTTPClientTest < Minitest::Test
-  def setup
-    @servers = []
-    @clients = []
-  end
-
-  def teardown
-    @clients.each(&:close)
-    @servers.each(&:close)
-  end
-
-  def server(**options, &handler)
-    (@servers << Weft::Test::HTTPServer.new(**options, &handler)).last
-  end
-
-  def client(*args, **options)
-    (@clients << Weft::HTTP::Client.new(*args, proxy: nil, **options)).last
-  end
+  include Weft::Test::HTTPFixtures
 
   def echo_server
     server { |r| [200, { "x-method" => r.method }, "#{r.method} #{r.path}?#{r.query} #{r.body}"] }

@@ -7,23 +7,7 @@ require "weft/http"
 # Every failure gets its own class, nothing waits past its deadline, and a broken connection
 # never goes back to the pool.
 class HTTPClientErrorsTest < Minitest::Test
-  def setup
-    @servers = []
-    @clients = []
-  end
-
-  def teardown
-    @clients.each(&:close)
-    @servers.each(&:close)
-  end
-
-  def server(**options, &handler)
-    (@servers << Weft::Test::HTTPServer.new(**options, &handler)).last
-  end
-
-  def client(*args, **options)
-    (@clients << Weft::HTTP::Client.new(*args, proxy: nil, **options)).last
-  end
+  include Weft::Test::HTTPFixtures
 
   # A raw server answering each request on a connection with the next scripted reply.
   def scripted(*replies)

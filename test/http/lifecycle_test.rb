@@ -8,23 +8,7 @@ require "stringio"
 # What happens to connections when requests are cancelled, time out from outside, wait for
 # the pool, or cross a fork.
 class HTTPClientLifecycleTest < Minitest::Test
-  def setup
-    @servers = []
-    @clients = []
-  end
-
-  def teardown
-    @clients.each(&:close)
-    @servers.each(&:close)
-  end
-
-  def server(**options, &handler)
-    (@servers << Weft::Test::HTTPServer.new(**options, &handler)).last
-  end
-
-  def client(*args, **options)
-    (@clients << Weft::HTTP::Client.new(*args, proxy: nil, **options)).last
-  end
+  include Weft::Test::HTTPFixtures
 
   def test_a_cancelled_request_releases_and_closes_its_connection
     srv = server { |r| sleep(r.path == "/slow" ? 2 : 0); [200, {}, "ok"] }

@@ -5,23 +5,7 @@ require_relative "support"
 require "weft/http"
 
 class HTTPRedirectAndProxyTest < Minitest::Test
-  def setup
-    @servers = []
-    @clients = []
-  end
-
-  def teardown
-    @clients.each(&:close)
-    @servers.each(&:close)
-  end
-
-  def server(**options, &handler)
-    (@servers << Weft::Test::HTTPServer.new(**options, &handler)).last
-  end
-
-  def client(*args, proxy: nil, **options)
-    (@clients << Weft::HTTP::Client.new(*args, proxy: proxy, **options)).last
-  end
+  include Weft::Test::HTTPFixtures
 
   def redirecting_server(target_base = "")
     server do |r|

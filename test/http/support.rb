@@ -192,5 +192,30 @@ module Weft
         cert
       end
     end
+  
+    # Setup shared by the client's test classes: servers and clients made through #server and
+    # #client are closed after each test. Clients ignore proxies from the environment unless a
+    # test passes one.
+    module HTTPFixtures
+      def setup
+        super
+        @servers = []
+        @clients = []
+      end
+
+      def teardown
+        @clients.each(&:close)
+        @servers.each(&:close)
+        super
+      end
+
+      def server(**options, &handler)
+        (@servers << Weft::Test::HTTPServer.new(**options, &handler)).last
+      end
+
+      def client(*args, proxy: nil, **options)
+        (@clients << Weft::HTTP::Client.new(*args, proxy: proxy, **options)).last
+      end
+    end
   end
 end
