@@ -17,13 +17,16 @@ module Weft
   # kqueue on BSD/macOS), a maintained C library made for exactly this; docs/core.md records why
   # it was chosen over nio4r. Timers live in Weft::Timers.
   #
-  # A scheduler belongs to one thread. The only method that may be called from another thread
-  # is #unblock (Ruby calls it when, say, a thread pushes to a Queue that a task is popping).
+  # A scheduler belongs to one thread. Only #unblock (Ruby calls it when, say, a thread pushes
+  # to a Queue that a task is popping) and #wake_from_any_thread may be called from another.
   class Scheduler
     # What a fiber parked by Ruby itself (sleep, Mutex, Queue, ConditionVariable...) waits for.
     RUBY_WAIT = :ruby
 
-    attr_reader :selector, :timers, :loop_fiber, :thread
+    # @return [Timers] the reactor's timers; their callbacks run in the loop fiber
+    attr_reader :timers
+    # @return [Thread] the thread the reactor runs on
+    attr_reader :thread
 
     # @param fiber_pool_size [Integer] how many idle fibers to keep for reuse by later tasks
     def initialize(selector: nil, fiber_pool_size: 256)
@@ -76,8 +79,8 @@ module Weft
       raise
     end
 
-    # One turn of the loop: deliver cancellations, run woken fibers, wait for I/O or the next
-    # timer, fire due timers.
+    # One turn of the loop: deliver cancellations, start spawned tasks, run woken fibers, wait
+    # for I/O or the next timer, fire due timers.
     def run_once
       deliver_raises unless @raises.empty?
       start_spawned unless @starting.empty?
@@ -104,24 +107,17 @@ module Weft
       end
     end
 
-    # @return [Boolean]
-    def closed?
-      @closed
-    end
-
     # --- Tasks -------------------------------------------------------------------------------
 
     # Creates a task running the block. The task starts on the loop's next turn, in spawn order.
     # Use Weft.spawn; this is its mechanism.
     #
-    # Lazy start is the default because it is cheap: spawning is an allocation, and a batch of
-    # new tasks then runs in one turn, each returning straight to the loop when it suspends or
-    # ends. An eager start costs the spawner a trip through the loop for every task.
+    # Starting lazily is cheap: spawning is an allocation, and a batch of new tasks then runs in
+    # one turn, each returning straight to the loop when it suspends or ends. Starting at once
+    # (as #fiber must) costs the spawner a trip through the loop for every task.
     # @return [Task]
     def spawn(parent, name, args, block)
-      task = Task.new(self, parent, name, args, block)
-      @tasks[task] = true
-      @spawned += 1
+      task = register(parent, name, args, block)
       @starting << task
       task
     end
@@ -324,10 +320,7 @@ module Weft
     # Fiber.schedule asks.
     # @return [Fiber] the fiber the task started in
     def fiber(&block)
-      task = Task.new(self, Task.current, nil, [], block)
-      @tasks[task] = true
-      @spawned += 1
-      start(task)
+      start(register(Task.current, nil, [], block))
     end
 
     # --- Helpers -------------------------------------------------------------------------------
@@ -370,12 +363,14 @@ module Weft
       }
     end
 
-    # @return [Enumerable<Task>] the tasks that have not ended
-    def tasks
-      @tasks.keys
-    end
-
     private
+
+    def register(parent, name, args, block)
+      task = Task.new(self, parent, name, args, block)
+      @tasks[task] = true
+      @spawned += 1
+      task
+    end
 
     # Starts a task at once, in a pooled fiber, and returns when it first suspends or ends.
     # @return [Fiber] the fiber it runs in

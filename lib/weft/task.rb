@@ -6,8 +6,8 @@ module Weft
   # A unit of concurrent work: a block running in a fiber of its own under the reactor (fibers
   # are pooled by the scheduler and reused once a task has ended).
   #
-  # Created by Weft.spawn. A task starts on the reactor's next turn, in spawn order. It ends in one of three states: completed (with a value), failed (with
-  # an exception) or cancelled.
+  # Created by Weft.spawn. A task starts on the reactor's next turn, in spawn order. It ends in
+  # one of three states: completed (with a value), failed (with an exception) or cancelled.
   #
   # Tasks form a tree: a task spawned inside another is its child, and cancelling a task
   # cancels its children. When a task ends before its children, they are handed to its parent,
@@ -72,7 +72,7 @@ module Weft
       elsif @started
         @scheduler.raise_later(self, Cancelled.new(message))
       end
-      # A task that has not started yet sees the request as it starts (see #run).
+      # A task that has not started yet sees the request as it starts (see #execute).
       true
     end
 
