@@ -4,6 +4,7 @@ require "logger"
 require_relative "weft/version"
 require_relative "weft/errors"
 require_relative "weft/timers"
+require_relative "weft/deadline"
 require_relative "weft/task"
 require_relative "weft/scheduler"
 require_relative "weft/gather"
@@ -42,7 +43,7 @@ module Weft
       scheduler = Scheduler.new
       Fiber.set_scheduler(scheduler)
       begin
-        root = scheduler.spawn(nil, "root", [], block)
+        root = scheduler.spawn(nil, "root", [], block, Deadline.current)
         root.observe {} # its failure is raised from here, not logged
         scheduler.run
         root.wait
@@ -72,6 +73,51 @@ module Weft
       else
         Timeout.timeout(seconds, TimeoutError, message, &block)
       end
+    end
+
+    # Runs the block under a deadline `seconds` from now that reaches every wait inside it: past
+    # it, Weft::DeadlineExceeded (a Weft::TimeoutError) is raised where the block waits, and in
+    # every task spawned inside the block that is still waiting (tasks inherit the deadline).
+    # Nested deadlines take the earlier, so an inner `Weft.deadline(10)` cannot extend an outer
+    # one of 1 s. Weft's own waits (pool checkouts, the HTTP client, the PostgreSQL pool, which
+    # also cancels a running statement on the server) read what is left from Weft.remaining.
+    #
+    #   Weft.deadline(0.2) do
+    #     users = Weft.spawn { api.get("/users").body }   # bounded by the same 0.2 s
+    #     DB.query("select ...")                           # and so is this
+    #     users.wait
+    #   end
+    #
+    # Outside a reactor the deadline is still visible to Weft.remaining and the clients, and the
+    # stdlib's thread-based Timeout enforces it on the block.
+    # @param seconds [Numeric, nil] from now; nil runs the block under the current deadline only
+    # @yieldparam deadline [Deadline] the deadline in force inside the block
+    # @return the block's value
+    # @raise [ArgumentError] for a negative or non-finite number of seconds
+    def deadline(seconds, &block)
+      raise ArgumentError, "Weft.deadline needs a block" unless block
+      outer = Deadline.current
+      mine = seconds.nil? ? outer : Deadline.earliest(Deadline.after(seconds), outer)
+      # The outer deadline (or none) stays in force, enforced by whoever set it.
+      return yield(outer) if mine.equal?(outer)
+
+      Deadline.current = mine
+      begin
+        scheduler = Fiber.scheduler
+        if scheduler.is_a?(Scheduler) && !Fiber.current.blocking?
+          scheduler.timeout_after(mine.remaining, DeadlineExceeded, mine.message) { yield mine }
+        else
+          Timeout.timeout(mine.remaining, DeadlineExceeded, mine.message) { yield mine }
+        end
+      ensure
+        Deadline.current = outer
+      end
+    end
+
+    # @return [Float, nil] seconds left until the current deadline (never negative), nil when
+    #   the caller runs under none
+    def remaining
+      Deadline.current&.remaining
     end
 
     # Waits for tasks and returns their values in order; see Gather.gather.

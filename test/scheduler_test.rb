@@ -201,6 +201,17 @@ class SchedulerTest < Minitest::Test
     assert_operator ticks, :>=, 10, "other tasks ran while the child slept"
   end
 
+  def test_a_process_can_be_waited_for_again_after_an_interrupted_wait
+    status = assert_elapsed_under(2) do
+      Weft.run do
+        pid = Process.spawn("sleep", "0.3")
+        assert_raises(Weft::TimeoutError) { Weft.timeout(0.05) { Process.wait(pid) } }
+        Process.wait2(pid).last
+      end
+    end
+    assert_predicate status, :success?
+  end
+
   def test_popen_and_io_read_write_through_the_selector
     output = Weft.run do
       IO.popen([RbConfig.ruby, "-e", "sleep 0.05; print STDIN.read.upcase"], "r+") do |io|

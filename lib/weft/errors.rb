@@ -14,4 +14,9 @@ module Weft
   # Raised by Weft.timeout (and by the stdlib Timeout.timeout under Weft's scheduler) when the
   # deadline passes. It is a Timeout::Error so existing `rescue Timeout::Error` code keeps working.
   class TimeoutError < Timeout::Error; end
+
+  # Raised where a task waits when the deadline set by Weft.deadline (around it or around the task
+  # that spawned it) passes. Every wait inside Weft is bounded by that deadline and ends in this
+  # error, so `rescue Weft::TimeoutError` (or Timeout::Error) catches both kinds of expiry.
+  class DeadlineExceeded < TimeoutError; end
 end

@@ -2,6 +2,7 @@
 
 require_relative "errors"
 require_relative "timers"
+require_relative "deadline"
 
 module Weft
   # A bounded pool of reusable resources (connections, sessions, workers) handed out one holder
@@ -92,7 +93,7 @@ module Weft
     # @raise [TimeoutError] when none became free in time
     # @raise [ClosedError] when the pool was closed
     def checkout(*args, timeout: @timeout)
-      deadline = timeout && Timers.now + timeout
+      deadline = timeout && Deadline.after(timeout)
       loop do
         entry, retired = take_or_reserve(deadline, timeout)
         retired.each { |stale| close_resource(stale) }
@@ -213,14 +214,13 @@ module Weft
         raise ClosedError, "the pool is closed" if @closed
         retired = take_expired(Timers.now)
         until (entry = @idle.pop) || @size < @limit
-          remaining = deadline && deadline - Timers.now
-          if remaining && remaining <= 0
+          if deadline&.expired?
             @timeouts += 1
             raise TimeoutError, "no resource free in the pool within #{timeout}s (limit #{@limit})"
           end
           @waiting += 1
           begin
-            @available.wait(@mutex, remaining)
+            @available.wait(@mutex, deadline&.remaining)
           ensure
             @waiting -= 1
           end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "errors"
+require_relative "deadline"
 
 module Weft
   # A value that one party supplies later and others wait for: the hand-off between a fiber
@@ -40,12 +41,11 @@ module Weft
     # @return the value
     # @raise the rejection, or Weft::TimeoutError when the timeout passes first
     def wait(timeout: nil)
-      deadline = timeout && Timers.now + timeout
+      deadline = timeout && Deadline.after(timeout)
       @mutex.synchronize do
         while @state == :pending
-          remaining = deadline && deadline - Timers.now
-          raise TimeoutError, "promise not settled within #{timeout}s" if remaining && remaining <= 0
-          @settled.wait(@mutex, remaining)
+          raise TimeoutError, "promise not settled within #{timeout}s" if deadline&.expired?
+          @settled.wait(@mutex, deadline&.remaining)
         end
       end
       raise @value if @state == :rejected

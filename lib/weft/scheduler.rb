@@ -58,6 +58,7 @@ module Weft
         end
       end
       @tasks = {}.compare_by_identity
+      @interrupted_pids = {} # see #process_wait
       @unobserved = {}.compare_by_identity
       @spawned = 0
       @max_lag = 0.0
@@ -115,9 +116,13 @@ module Weft
     # Starting lazily is cheap: spawning is an allocation, and a batch of new tasks then runs in
     # one turn, each returning straight to the loop when it suspends or ends. Starting at once
     # (as #fiber must) costs the spawner a trip through the loop for every task.
+    #
+    # The task inherits `deadline`: by default the spawner's (see Weft.deadline), none for a
+    # detached task (no parent), which must outlive its spawner and so is not bound by its
+    # spawner's deadline.
     # @return [Task]
-    def spawn(parent, name, args, block)
-      task = register(parent, name, args, block)
+    def spawn(parent, name, args, block, deadline = parent && Deadline.current)
+      task = register(parent, name, args, block, deadline)
       @starting << task
       task
     end
@@ -292,8 +297,18 @@ module Weft
     end
 
     # Process.wait and friends; io-event waits on a pidfd, so the thread never blocks.
+    #
+    # A wait that ends early (a deadline, a cancellation) leaves io-event 1.11 believing the
+    # closed pidfd is still registered for that pid, and the next wait for the same pid, given the
+    # same descriptor number, would never wake. That next wait runs on a helper thread instead.
     def process_wait(pid, flags)
-      @selector.process_wait(Fiber.current, pid, flags)
+      return run_blocking { Process::Status.wait(pid, flags) } if @interrupted_pids.delete(pid)
+      waited = false
+      status = @selector.process_wait(Fiber.current, pid, flags)
+      waited = true
+      status
+    ensure
+      @interrupted_pids[pid] = true unless waited
     end
 
     # Addrinfo.getaddrinfo, TCPSocket.new, Net::HTTP... for names that are not IP literals.
@@ -320,7 +335,8 @@ module Weft
     # Fiber.schedule asks.
     # @return [Fiber] the fiber the task started in
     def fiber(&block)
-      start(register(Task.current, nil, [], block))
+      parent = Task.current
+      start(register(parent, nil, [], block, parent && Deadline.current))
     end
 
     # --- Helpers -------------------------------------------------------------------------------
@@ -365,8 +381,8 @@ module Weft
 
     private
 
-    def register(parent, name, args, block)
-      task = Task.new(self, parent, name, args, block)
+    def register(parent, name, args, block, deadline)
+      task = Task.new(self, parent, name, args, block, deadline)
       @tasks[task] = true
       @spawned += 1
       task

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "errors"
+require_relative "deadline"
 
 module Weft
   # Bounds how many holders may be inside a section at once.
@@ -29,14 +30,13 @@ module Weft
     # @param timeout [Numeric, nil] seconds to wait at most
     # @return [Boolean] true, or false if the timeout passed first
     def acquire(timeout: nil)
-      deadline = timeout && Timers.now + timeout
+      deadline = timeout && Deadline.after(timeout)
       @mutex.synchronize do
         @waiting += 1
         begin
           while @held >= @limit
-            remaining = deadline && deadline - Timers.now
-            return false if remaining && remaining <= 0
-            @available.wait(@mutex, remaining)
+            return false if deadline&.expired?
+            @available.wait(@mutex, deadline&.remaining)
           end
         ensure
           @waiting -= 1

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "errors"
+require_relative "deadline"
 
 module Weft
   # A unit of concurrent work: a block running in a fiber of its own under the reactor (fibers
@@ -12,6 +13,9 @@ module Weft
   # Tasks form a tree: a task spawned inside another is its child, and cancelling a task
   # cancels its children. When a task ends before its children, they are handed to its parent,
   # so cancelling an ancestor still reaches them.
+  #
+  # A task inherits the deadline its spawner runs under (see Weft.deadline): when it passes,
+  # Weft::DeadlineExceeded is raised where the task waits, as in its spawner.
   class Task
     # The task running the current fiber, or nil outside any task.
     # @return [Task, nil]
@@ -27,9 +31,11 @@ module Weft
     attr_reader :fiber
     # @return [Symbol] :running, :completed, :failed or :cancelled
     attr_reader :status
+    # @return [Deadline, nil] the deadline inherited from the spawner, if any
+    attr_reader :deadline
 
     # @api private: use Weft.spawn
-    def initialize(scheduler, parent, name, args, block)
+    def initialize(scheduler, parent, name, args, block, deadline = nil)
       @scheduler = scheduler
       @args = args
       @block = block
@@ -45,6 +51,8 @@ module Weft
       @failure_report = nil
       @cancel_requested = false
       @started = false
+      @deadline = deadline
+      @deadline_timer = nil
       parent&.adopt(self)
     end
 
@@ -143,6 +151,7 @@ module Weft
       @fiber = Fiber.current
       Thread.current[:weft_task] = self
       raise Cancelled, "task cancelled before it started" if @cancel_requested
+      enter_deadline if @deadline
       block = @block
       args = @args
       @block = @args = nil
@@ -167,6 +176,7 @@ module Weft
     private
 
     def finish(status, value, error)
+      @deadline_timer&.cancel
       @status = status
       @value = value
       @error = error
@@ -175,6 +185,19 @@ module Weft
       hand_children_to_parent
       @observers&.each { |observer| observer.call(self) }
       report_if_never_observed if status == :failed && !@observed
+    end
+
+    # Makes the inherited deadline the fiber's current one and arms the timer that raises
+    # DeadlineExceeded into the task when it passes. The timer fires in the loop fiber, so the
+    # task is always suspended at that moment, parked in whatever wait it was in.
+    def enter_deadline
+      Deadline.current = @deadline
+      fiber = @fiber
+      @deadline_timer = @scheduler.timers.after(@deadline.remaining) do
+        # A task being cancelled is unwinding already; a second exception would cut its ensure
+        # blocks short and make the cancellation look like a failure.
+        fiber.raise(DeadlineExceeded, @deadline.message) unless done? || @cancel_requested
+      end
     end
 
     def hand_children_to_parent
