@@ -73,8 +73,11 @@ module Weft
         @idle_pool.start
         accepters = @listeners.map { |listener| Weft.spawn(listener, name: "weft accept #{listener.url}") { |l| accept_loop(l) } }
         publisher = @board && Weft.spawn(name: "weft stats publisher") { publish_statistics }
+        worker_tasks = start_worker_tasks
         wait_for_stop
         shutdown(accepters + [publisher].compact)
+        # Last, so that requests still draining could rely on what the worker tasks provide.
+        worker_tasks.each(&:cancel)
       end
     end
 
@@ -279,6 +282,22 @@ module Weft
     def release_capacity
       waiter = @capacity_waiter
       Weft.scheduler&.wake(waiter, true, self) if waiter
+    end
+
+    # The `worker_task` hooks, each in a task of its own in this reactor, spawned before the
+    # accept loops start. They are how an app runs something alongside the server in the same
+    # process and reactor (a second listener, a heartbeat, a LISTEN loop): code run from
+    # `after_worker_boot` runs before the reactor exists, and a thread of its own would have to
+    # compete with the reactor for the GVL. A hook's failure is logged at once; the server keeps
+    # serving.
+    def start_worker_tasks
+      @config[:worker_task].map do |hook|
+        Weft.spawn(hook, name: "weft worker task") do |task_hook|
+          task_hook.call(self)
+        rescue StandardError => e
+          log_error("worker_task", e)
+        end
+      end
     end
 
     def wait_for_stop

@@ -49,10 +49,11 @@ module Weft
         before_fork: [],
         after_worker_boot: [],     # called in the worker with its index, before serving
         before_worker_shutdown: [],
-        on_restart: []
+        on_restart: [],
+        worker_task: []            # run as a task in each serving process's reactor, given the Server
       }.freeze
 
-      HOOKS = %i[before_fork after_worker_boot before_worker_shutdown on_restart].freeze
+      HOOKS = %i[before_fork after_worker_boot before_worker_shutdown on_restart worker_task].freeze
 
       attr_reader :options
 
