@@ -1,0 +1,167 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "clock"
+require_relative "e164"
+require_relative "ring_pool"
+
+module Ringpool
+  # Every SQL statement of the app, run through a Weft::Postgres::Pool: statements that many
+  # requests issue at once share connections in pipeline mode, so one shard needs few
+  # connections however many requests it has in flight.
+  class Store
+    # Some of the numbers of a new pool already belong to another pool.
+    class NumbersTaken < StandardError
+      # @return [Array<String>]
+      attr_reader :numbers
+
+      def initialize(numbers)
+        @numbers = numbers
+        super("numbers already in a ring pool: #{numbers.join(', ')}")
+      end
+    end
+
+    # The end of a number's latest lockout, in microseconds since the epoch (0 if never handed out).
+    LATEST_LOCKOUT_END = <<~SQL
+      coalesce((select (extract(epoch from upper(a.lockout)) * 1000000)::bigint
+                  from allocations a where a.number = n.number
+                 order by upper(a.lockout) desc limit 1), 0)
+    SQL
+
+    # @param db [Weft::Postgres::Pool]
+    def initialize(db)
+      @db = db
+    end
+
+    # @return [Weft::Postgres::Pool]
+    attr_reader :db
+
+    # Creates a pool and its numbers in one transaction.
+    # @return [RingPool]
+    # @raise [NumbersTaken] when a number is in another pool already
+    def create_pool(name:, numbers:, overflow_number:, lockout_seconds:)
+      @db.transaction do |conn|
+        taken = conn.exec_params("select number from numbers where number = any($1::text[]) order by number",
+                                 [text_array(numbers)]).column_values(0)
+        raise NumbersTaken, taken unless taken.empty?
+        row = conn.exec_params(<<~SQL, [name, overflow_number, lockout_seconds]).first
+          insert into ring_pools (name, overflow_number, lockout_seconds) values ($1, $2, $3)
+          returning id, overflow_number, lockout_seconds
+        SQL
+        conn.exec_params(<<~SQL, [text_array(numbers), row["id"]])
+          insert into numbers (number, ring_pool_id) select unnest($1::text[]), $2
+        SQL
+        ring_pool(row)
+      end
+    rescue PG::UniqueViolation
+      # Another request took one of the numbers between the check and the insert.
+      retry
+    end
+
+    # @param ids [Array<Integer>, nil] these pools only (nil: all)
+    # @param after [Integer] pools with a greater id only
+    # @return [Array<RingPool>]
+    def pools(ids: nil, after: 0)
+      sql = +"select id, overflow_number, lockout_seconds from ring_pools where id > $1"
+      params = [after]
+      if ids
+        sql << " and id = any($2::integer[])"
+        params << int_array(ids)
+      end
+      @db.query("#{sql} order by id", *params).map { |row| ring_pool(row) }
+    end
+
+    # The numbers of some pools with the end of each one's latest lockout: what a shard needs to
+    # rebuild the pools' state when it takes them over.
+    # @param ids [Array<Integer>]
+    # @return [Hash{Integer => Array<(String, Integer)>}] pool id => [[number, free_at], ...]
+    def numbers_with_lockouts(ids)
+      states = ids.to_h { |id| [id, []] }
+      @db.query(<<~SQL, int_array(ids)).each do |row|
+        select n.ring_pool_id, n.number, #{LATEST_LOCKOUT_END} as free_at
+          from numbers n where n.ring_pool_id = any($1::integer[])
+      SQL
+        states[Integer(row["ring_pool_id"])] << [row["number"], Integer(row["free_at"])]
+      end
+      states
+    end
+
+    # Stores the allocations of one request (and counts its overflow numbers) in one statement.
+    # A row that the exclusion constraint refuses — its number is already held for an
+    # overlapping lockout — is skipped, not an error: the caller learns which from the result.
+    # @param picks [Array<(PoolState::Pick, String)>] each pick with its params as JSON text
+    # @param overflows [Hash{(Integer, String) => Integer}] (pool id, reason) => count
+    # @return [Array<String>] the numbers stored
+    def record(picks, overflows = {})
+      rows = picks.map do |pick, params|
+        "{\"ring_pool_id\":#{pick.state.pool.id},\"number\":#{JSON.generate(pick.number)}," \
+          "\"from_at\":\"#{Clock.iso8601(pick.locked_from)}\",\"until_at\":\"#{Clock.iso8601(pick.locked_until)}\"," \
+          "\"params\":#{params}}"
+      end
+      counts = overflows.sort.map { |(id, reason), count| { ring_pool_id: id, reason: reason, count: count } }
+      @db.query(<<~SQL, "[#{rows.join(',')}]", JSON.generate(counts)).column_values(0)
+        with counted as (
+          insert into overflow_counts (ring_pool_id, reason, count)
+          select o.ring_pool_id, o.reason, o.count
+            from jsonb_to_recordset($2::jsonb) as o(ring_pool_id integer, reason text, count bigint)
+           order by 1, 2
+          on conflict (ring_pool_id, reason) do update set count = overflow_counts.count + excluded.count
+        )
+        insert into allocations (ring_pool_id, number, lockout, params)
+        select a.ring_pool_id, a.number, tstzrange(a.from_at, a.until_at), a.params
+          from jsonb_to_recordset($1::jsonb)
+            as a(ring_pool_id integer, number text, from_at timestamptz, until_at timestamptz, params jsonb)
+        on conflict do nothing
+        returning number
+      SQL
+    end
+
+    # The allocation whose lockout covers an instant.
+    # @param number [String] E.164
+    # @param at [Integer] microseconds since the epoch
+    # @return [Hash, nil] ring_pool, params (JSON text), locked_from, locked_until (microseconds)
+    def attribution(number, at)
+      row = @db.query(<<~SQL, number, Clock.iso8601(at)).first
+        select ring_pool_id, params::text as params,
+               (extract(epoch from lower(lockout)) * 1000000)::bigint as locked_from,
+               (extract(epoch from upper(lockout)) * 1000000)::bigint as locked_until
+          from allocations where number = $1 and lockout @> $2::timestamptz
+      SQL
+      row && { ring_pool: Integer(row["ring_pool_id"]), params: row["params"],
+               locked_from: Integer(row["locked_from"]), locked_until: Integer(row["locked_until"]) }
+    end
+
+    # A pool as GET /ring_pools/:id shows it, from the table (any shard can answer).
+    # @return [Hash, nil]
+    def report(id)
+      row = @db.query(<<~SQL, id).first
+        select p.id, p.name, p.overflow_number, p.lockout_seconds, p.created_at,
+               (select count(*) from allocations a where a.ring_pool_id = p.id) as allocations,
+               (select coalesce(jsonb_object_agg(o.reason, o.count), '{}') from overflow_counts o
+                 where o.ring_pool_id = p.id)::text as overflows
+          from ring_pools p where p.id = $1
+      SQL
+      return nil unless row
+      numbers = numbers_with_lockouts([id]).fetch(id).sort
+      row.merge("numbers" => numbers)
+    end
+
+    private
+
+    def ring_pool(row)
+      RingPool.new(id: Integer(row["id"]), overflow_number: row["overflow_number"],
+                   lockout_seconds: Integer(row["lockout_seconds"]))
+    end
+
+    def int_array(values)
+      "{#{values.map { |value| Integer(value) }.join(',')}}"
+    end
+
+    # E.164 numbers need no quoting in an array literal; anything else is refused.
+    def text_array(values)
+      bad = values.reject { |value| E164.valid?(value) }
+      raise ArgumentError, "not E.164: #{bad.first(3).inspect}" unless bad.empty?
+      "{#{values.join(',')}}"
+    end
+  end
+end

@@ -1,0 +1,104 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# The schema and the SQL, on a real PostgreSQL.
+class RingpoolStoreTest < Minitest::Test
+  include Ringpool::Test::Helpers
+
+  def setup
+    @url = fresh_database
+  end
+
+  def test_migrate_is_idempotent_and_safe_from_several_processes_at_once
+    url = postgres.create_database("ringpool_concurrent_#{SecureRandom.hex(4)}")
+    pids = Array.new(3) do
+      fork do
+        db = Weft::Postgres::Pool.new(url, size: 1)
+        Weft.run { Ringpool::Schema.migrate(db) }
+        exit!(0)
+      rescue StandardError => e
+        warn e.full_message
+        exit!(1)
+      end
+    end
+    assert(pids.all? { |pid| Process.wait2(pid).last.success? }, "a concurrent migration failed")
+    with_db(url) { |db| assert_equal [], Ringpool::Schema.migrate(db) }
+    assert_equal [{ "version" => "1" }], postgres.psql("select version from ringpool_schema", dbname: url.split("/").last)
+  end
+
+  # PostgreSQL itself refuses a number twice within overlapping lockouts, whatever the shards
+  # believe: two states that both think they own the pool hand out the same number, and only
+  # one of the two allocations is stored.
+  def test_the_exclusion_constraint_refuses_a_double_allocation
+    with_db(@url) do |db|
+      store = Ringpool::Store.new(db)
+      pool = store.create_pool(name: "p", numbers: numbers(2), overflow_number: "+15559999999", lockout_seconds: 60)
+      one = Ringpool::PoolState.new(pool, store.numbers_with_lockouts([pool.id]).fetch(pool.id))
+      two = Ringpool::PoolState.new(pool, store.numbers_with_lockouts([pool.id]).fetch(pool.id))
+      now = Ringpool::Clock.now
+      first = one.pick(now)
+      second = two.pick(now + 1_000_000) # a second later, inside the first one's lockout
+      assert_equal first.number, second.number
+      assert_equal [first.number], store.record([[first, '{"a":1}']])
+      assert_equal [], store.record([[second, '{"b":2}']]), "the overlapping allocation was stored"
+      # After the first lockout ends, the number may be handed out again.
+      later = two.pick(now + 61_000_000)
+      later = two.pick(now + 61_000_000) if later.number != first.number
+      assert_equal [first.number], store.record([[later, '{"c":3}']])
+      count = db.query("select count(*) from allocations where number = $1", first.number).getvalue(0, 0)
+      assert_equal "2", count
+    end
+  end
+
+  def test_a_batch_stores_the_rows_that_do_not_conflict_and_counts_overflows
+    with_db(@url) do |db|
+      store = Ringpool::Store.new(db)
+      pool = store.create_pool(name: "p", numbers: numbers(3), overflow_number: "+15559999999", lockout_seconds: 60)
+      rows = store.numbers_with_lockouts([pool.id]).fetch(pool.id)
+      ahead = Ringpool::PoolState.new(pool, rows)
+      taken = ahead.pick
+      store.record([[taken, "{}"]])
+      state = Ringpool::PoolState.new(pool, rows)
+      picks = Array.new(3) { state.pick }
+      stored = store.record(picks.map { |pick| [pick, '{"k":"v"}'] }, { [pool.id, "exhausted"] => 2 })
+      assert_equal picks.map(&:number) - [taken.number], stored.sort
+      store.record([], { [pool.id, "exhausted"] => 1, [pool.id, "shard_unavailable"] => 4 })
+      report = store.report(pool.id)
+      assert_equal({ "exhausted" => 3, "shard_unavailable" => 4 }, JSON.parse(report["overflows"]))
+      assert_equal "3", report["allocations"]
+    end
+  end
+
+  def test_attribution_finds_the_allocation_covering_an_instant
+    with_db(@url) do |db|
+      store = Ringpool::Store.new(db)
+      number = numbers(1).first
+      pool = store.create_pool(name: "p", numbers: [number], overflow_number: "+15559999999", lockout_seconds: 10)
+      state = Ringpool::PoolState.new(pool, [[number, 0]])
+      t0 = 1_700_000_000_000_000
+      first = state.pick(t0)
+      second = state.pick(t0 + 10_000_000)
+      store.record([[first, '{"campaign":"one"}'], [second, '{"campaign":"two"}']])
+      assert_equal '{"campaign": "one"}', store.attribution(first.number, t0)[:params]
+      assert_equal '{"campaign": "one"}', store.attribution(first.number, t0 + 9_999_999)[:params]
+      assert_equal '{"campaign": "two"}', store.attribution(first.number, t0 + 10_000_000)[:params]
+      assert_nil store.attribution(first.number, t0 + 20_000_000)
+      assert_nil store.attribution(first.number, t0 - 1)
+      assert_nil store.attribution("+15559999999", t0), "overflow numbers are never attributed"
+    end
+  end
+
+  def test_numbers_already_in_a_pool_are_refused
+    with_db(@url) do |db|
+      store = Ringpool::Store.new(db)
+      taken = numbers(2)
+      store.create_pool(name: "a", numbers: taken, overflow_number: "+15559999999", lockout_seconds: 10)
+      error = assert_raises(Ringpool::Store::NumbersTaken) do
+        store.create_pool(name: "b", numbers: [taken.last, "+15558888888"], overflow_number: "+15559999999", lockout_seconds: 10)
+      end
+      assert_equal [taken.last], error.numbers
+      assert_equal 1, store.pools.size
+    end
+  end
+end
