@@ -61,9 +61,10 @@ class RingpoolStoreTest < Minitest::Test
       store.record([[taken, "{}"]])
       state = Ringpool::PoolState.new(pool, rows)
       picks = Array.new(3) { state.pick }
-      stored = store.record(picks.map { |pick| [pick, '{"k":"v"}'] }, { [pool.id, "exhausted"] => 2 })
+      stored = store.record(picks.map { |pick| [pick, '{"k":"v"}'] })
       assert_equal picks.map(&:number) - [taken.number], stored.sort
-      store.record([], { [pool.id, "exhausted"] => 1, [pool.id, "shard_unavailable"] => 4 })
+      store.add_overflows({ [pool.id, "exhausted"] => 2 })
+      store.add_overflows({ [pool.id, "exhausted"] => 1, [pool.id, "shard_unavailable"] => 4, [pool.id + 1, "exhausted"] => 1 })
       report = store.report(pool.id)
       assert_equal({ "exhausted" => 3, "shard_unavailable" => 4 }, JSON.parse(report["overflows"]))
       assert_equal "3", report["allocations"]

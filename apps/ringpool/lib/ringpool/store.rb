@@ -86,33 +86,41 @@ module Ringpool
       states
     end
 
-    # Stores the allocations of one request (and counts its overflow numbers) in one statement.
-    # A row that the exclusion constraint refuses — its number is already held for an
-    # overlapping lockout — is skipped, not an error: the caller learns which from the result.
+    # Stores the allocations of one request in one statement. A row that the exclusion
+    # constraint refuses — its number is already held for an overlapping lockout — is skipped,
+    # not an error: the caller learns which from the result.
     # @param picks [Array<(PoolState::Pick, String)>] each pick with its params as JSON text
-    # @param overflows [Hash{(Integer, String) => Integer}] (pool id, reason) => count
     # @return [Array<String>] the numbers stored
-    def record(picks, overflows = {})
+    def record(picks)
       rows = picks.map do |pick, params|
         "{\"ring_pool_id\":#{pick.state.pool.id},\"number\":#{JSON.generate(pick.number)}," \
           "\"from_at\":\"#{Clock.iso8601(pick.locked_from)}\",\"until_at\":\"#{Clock.iso8601(pick.locked_until)}\"," \
           "\"params\":#{params}}"
       end
-      counts = overflows.sort.map { |(id, reason), count| { ring_pool_id: id, reason: reason, count: count } }
-      @db.query(<<~SQL, "[#{rows.join(',')}]", JSON.generate(counts)).column_values(0)
-        with counted as (
-          insert into overflow_counts (ring_pool_id, reason, count)
-          select o.ring_pool_id, o.reason, o.count
-            from jsonb_to_recordset($2::jsonb) as o(ring_pool_id integer, reason text, count bigint)
-           order by 1, 2
-          on conflict (ring_pool_id, reason) do update set count = overflow_counts.count + excluded.count
-        )
+      @db.query(<<~SQL, "[#{rows.join(',')}]").column_values(0)
         insert into allocations (ring_pool_id, number, lockout, params)
         select a.ring_pool_id, a.number, tstzrange(a.from_at, a.until_at), a.params
           from jsonb_to_recordset($1::jsonb)
             as a(ring_pool_id integer, number text, from_at timestamptz, until_at timestamptz, params jsonb)
         on conflict do nothing
         returning number
+      SQL
+    end
+
+    # Adds to the overflow counters.
+    # @param counts [Hash{(Integer, String) => Integer}] (pool id, reason) => how many more
+    # @return [void]
+    def add_overflows(counts)
+      return if counts.empty?
+      # Sorted, so that concurrent statements lock the counter rows in the same order.
+      rows = counts.sort.map { |(id, reason), count| { ring_pool_id: id, reason: reason, count: count } }
+      @db.query(<<~SQL, JSON.generate(rows))
+        insert into overflow_counts (ring_pool_id, reason, count)
+        select o.ring_pool_id, o.reason, o.count
+          from jsonb_to_recordset($1::jsonb) as o(ring_pool_id integer, reason text, count bigint)
+         where exists (select 1 from ring_pools p where p.id = o.ring_pool_id)
+         order by 1, 2
+        on conflict (ring_pool_id, reason) do update set count = overflow_counts.count + excluded.count
       SQL
     end
 

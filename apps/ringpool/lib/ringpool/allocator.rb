@@ -1,0 +1,138 @@
+# frozen_string_literal: true
+
+require_relative "pool_state"
+require_relative "result"
+
+module Ringpool
+  # Hands out numbers from the pools this shard owns, and stores them before answering.
+  #
+  # For one request: pick a number per item in memory (O(1) each), store all picks in one
+  # statement, answer. Picks the table refuses (the exclusion constraint: another process
+  # handed the number out meanwhile, so this shard's state was wrong) are retried after
+  # reloading their pools from the table. When PostgreSQL cannot be reached the picks are undone
+  # and the items get the overflow number with reason `storage_unavailable`: a tracked number is
+  # never handed out unless it is stored.
+  class Allocator
+    # Errors that mean "the allocations could not be stored": PostgreSQL down or restarting,
+    # pool exhausted or closed, the request's deadline passed.
+    STORAGE_ERRORS = [PG::Error, Weft::Error, Timeout::Error, IOError, SystemCallError].freeze
+
+    # Rounds of reload-and-pick-again for picks the table refused.
+    ATTEMPTS = 3
+
+    # One item to allocate: its pool and params (JSON text).
+    Item = Struct.new(:pool, :params)
+
+    # @param store [Store]
+    def initialize(store)
+      @store = store
+      @states = {}
+    end
+
+    # Takes over a pool: from now on this shard hands out its numbers.
+    # @param pool [RingPool]
+    # @param numbers [Array<(String, Integer)>] from Store#numbers_with_lockouts
+    # @return [void]
+    def adopt(pool, numbers)
+      @states[pool.id] = PoolState.new(pool, numbers)
+    end
+
+    # Stops handing out a pool's numbers (ownership lost or given away).
+    # @return [void]
+    def release(id)
+      @states.delete(id)
+    end
+
+    # @return [Boolean] whether this shard owns the pool
+    def owns?(id)
+      @states.key?(id)
+    end
+
+    # @return [Array<Integer>]
+    def owned_ids
+      @states.keys
+    end
+
+    # @return [PoolState, nil]
+    def state(id)
+      @states[id]
+    end
+
+    # Allocates one request's items. Never raises for storage trouble: those items get
+    # overflow numbers.
+    # @param items [Array<Item>]
+    # @return [Array<Result>] in item order
+    def allocate(items)
+      results = Array.new(items.size)
+      pending = pick(items, items.each_index.to_a, results)
+      attempt = 1
+      until pending.empty?
+        refused = store(items, pending, results)
+        break if refused.empty?
+        if attempt == ATTEMPTS
+          # Refused again and again: the pool is being handed out by someone else too (two
+          # owners for a moment, see Ownership). Say so rather than keep the caller waiting.
+          refused.each { |index, _pick| results[index] = Result.overflow(items[index].pool, "shard_unavailable") }
+          break
+        end
+        attempt += 1
+        reload(refused.map { |_index, chosen| chosen.state }.uniq)
+        pending = pick(items, refused.map(&:first), results)
+      end
+      results
+    end
+
+    private
+
+    # @return [Array<(Integer, PoolState::Pick)>] the picks made, by item index
+    def pick(items, indexes, results)
+      now = Clock.now
+      indexes.filter_map do |index|
+        pool = items[index].pool
+        state = @states[pool.id]
+        if state.nil?
+          results[index] = Result.not_owner(pool.id)
+          next
+        end
+        chosen = state.pick(now)
+        if chosen
+          [index, chosen]
+        else
+          results[index] = Result.overflow(pool, "exhausted")
+          nil
+        end
+      end
+    end
+
+    # Stores the picks; fills in the results of those stored or failed.
+    # @return [Array<(Integer, PoolState::Pick)>] the picks the table refused
+    def store(items, pending, results)
+      stored = begin
+        @store.record(pending.map { |index, chosen| [chosen, items[index].params] })
+      rescue *STORAGE_ERRORS
+        pending.reverse_each do |index, chosen|
+          chosen.state.undo(chosen)
+          results[index] = Result.overflow(items[index].pool, "storage_unavailable")
+        end
+        return []
+      end
+      stored = stored.to_h { |number| [number, true] }
+      pending.reject do |index, chosen|
+        next false unless stored[chosen.number]
+        results[index] = Result.tracked(chosen.state.pool.id, chosen.number, chosen.locked_until)
+      end
+    end
+
+    # Rebuilds pools' states from the table (it holds allocations this state lacked). A pool
+    # reloaded meanwhile by another request, or no longer owned, is left alone.
+    def reload(states)
+      fresh = @store.numbers_with_lockouts(states.map { |state| state.pool.id })
+      states.each do |state|
+        id = state.pool.id
+        @states[id] = PoolState.new(state.pool, fresh.fetch(id)) if @states[id].equal?(state)
+      end
+    rescue *STORAGE_ERRORS
+      nil # the next attempt picks from the old state, and storing tells again
+    end
+  end
+end

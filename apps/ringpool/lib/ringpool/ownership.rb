@@ -1,0 +1,189 @@
+# frozen_string_literal: true
+
+require "pg"
+
+module Ringpool
+  # Which shard owns which pool, decided by PostgreSQL: a shard owns a pool while it holds the
+  # advisory lock (LOCK_CLASS, pool id) on its *lock session*, a connection of its own kept
+  # open for that. PostgreSQL releases a session's locks the moment the session ends, so a
+  # shard that dies (kill -9, crash, lost network) loses its pools at once, and another shard
+  # takes them over on its next #tick, rebuilding their state from the table.
+  #
+  # Every shard also has a row in ringpool_shards: its URL and the backend pid of its lock
+  # session. pg_locks joined with that table is the routing table (pool => owner's URL) that
+  # every shard reads each tick.
+  #
+  # Each tick (every `interval` seconds) a shard:
+  # 1. heartbeats its row, which also proves its lock session alive;
+  # 2. reads the routing table and drops any pool it believes it owns but no longer holds;
+  # 3. counts the live shards (a running lock session and a recent heartbeat) and takes its
+  #    fair share, ceil(pools / live shards): it claims pools nobody holds while below it and
+  #    gives pools away while above it.
+  #
+  # A shard that stops heartbeating (SIGSTOP) keeps its pools — its session still holds the
+  # locks — but no longer counts as live, so the others take over the pools it cannot claim.
+  # If the lock session fails, the shard drops every pool at once (its locks are gone or
+  # cannot be vouched for) and reconnects on the next tick. In the moment between another
+  # shard claiming a pool and the old owner noticing, both may hand out its numbers; the
+  # exclusion constraint on allocations keeps that from ever handing one out twice.
+  class Ownership
+    # The first key of every pool lock (the second is the pool id): "RINH".
+    LOCK_CLASS = 0x52494E48
+
+    ROUTES = <<~SQL
+      select l.objid::bigint as ring_pool_id, s.url
+        from pg_locks l join ringpool_shards s on s.pid = l.pid
+       where l.locktype = 'advisory' and l.granted and l.classid = $1::integer::oid and l.objsubid = 2
+         and l.database = (select oid from pg_database where datname = current_database())
+    SQL
+
+    LIVE_SHARDS = <<~SQL
+      select count(*) from ringpool_shards s
+       where s.heartbeat_at > now() - make_interval(secs => $1)
+         and exists (select 1 from pg_stat_activity a where a.pid = s.pid)
+    SQL
+
+    # @return [String] this shard's URL (what peers connect to)
+    attr_reader :url
+    # @return [Float] seconds between ticks
+    attr_reader :interval
+
+    # @param url [String] this shard's URL, unique among shards sharing the database
+    # @param database_url [String] for the lock session
+    # @param store [Store]
+    # @param catalog [Catalog]
+    # @param allocator [Allocator] where owned pools' states live
+    # @param interval [Numeric] seconds between ticks
+    def initialize(url:, database_url:, store:, catalog:, allocator:, interval: 1.0)
+      raise ArgumentError, "interval must be a positive number of seconds" unless interval.is_a?(Numeric) && interval.positive?
+      @url = url
+      @database_url = database_url
+      @store = store
+      @catalog = catalog
+      @allocator = allocator
+      @interval = interval
+      @routes = {}
+      @session = nil
+      @lock = Thread::Mutex.new
+    end
+
+    # @param id [Integer] a pool id
+    # @return [String, nil] the URL of the shard holding the pool, as of the last tick
+    def owner(id)
+      @allocator.owns?(id) ? @url : @routes[id]
+    end
+
+    # One round of heartbeat, routing and claiming (see the class comment). Bounded by twice the
+    # interval; a failure drops every pool this shard holds and closes the lock session.
+    # @return [void]
+    # @raise what went wrong, after dropping the pools
+    def tick
+      session do |conn|
+        heartbeat(conn)
+        @catalog.refresh
+        routes = read_routes(conn)
+        mine = routes.select { |_id, owner| owner == @url }.keys
+        (@allocator.owned_ids - mine).each { |id| @allocator.release(id) }
+        live = [Integer(conn.exec_params(LIVE_SHARDS, [@interval * 3]).getvalue(0, 0)), 1].max
+        fair = (@catalog.size + live - 1) / live
+        if mine.size > fair
+          give_away(conn, mine.sample(mine.size - fair), routes)
+        elsif mine.size < fair
+          orphans = @catalog.ids - routes.keys
+          claim(conn, orphans.shuffle, fair - mine.size, routes) unless orphans.empty?
+        end
+        @routes = routes
+      end
+    end
+
+    # Claims a pool this shard just created, so that it is served at once.
+    # @param pool [RingPool]
+    # @return [Boolean] whether this shard owns it now
+    def claim_new(pool)
+      session do |conn|
+        claimed = claim(conn, [pool.id], 1, @routes.dup)
+        @routes = @routes.merge(claimed.to_h { |id| [id, @url] })
+        claimed.include?(pool.id)
+      end
+    end
+
+    # Drops every pool and closes the lock session.
+    # @return [void]
+    def close
+      @allocator.owned_ids.each { |id| @allocator.release(id) }
+      @routes = {}
+      @session&.close
+      @session = nil
+    end
+
+    private
+
+    # Runs the block with the lock session (connecting and registering first if needed), one
+    # fiber at a time, within twice the interval. Any failure drops the pools: a session in an
+    # unknown state cannot vouch for its locks.
+    def session
+      @lock.synchronize do
+        Weft.timeout(@interval * 2) do
+          @session ||= register(PG.connect(@database_url))
+          yield @session
+        end
+      rescue StandardError, Weft::Cancelled
+        close
+        raise
+      end
+    end
+
+    def register(conn)
+      conn.exec("set application_name to 'ringpool lock session'")
+      conn.exec_params(<<~SQL, [@url])
+        insert into ringpool_shards (url, pid, heartbeat_at) values ($1, pg_backend_pid(), now())
+        on conflict (url) do update set pid = excluded.pid, heartbeat_at = excluded.heartbeat_at
+      SQL
+      # A pid is reused by later backends: no other row may claim this session.
+      conn.exec_params("delete from ringpool_shards where pid = pg_backend_pid() and url <> $1", [@url])
+      conn
+    rescue StandardError
+      conn.close
+      raise
+    end
+
+    def heartbeat(conn)
+      updated = conn.exec_params("update ringpool_shards set heartbeat_at = now(), pid = pg_backend_pid() where url = $1", [@url])
+      register(conn) if updated.cmd_tuples.zero? # someone deleted the row
+    end
+
+    # @return [Hash{Integer => String}] pool id => owner URL
+    def read_routes(conn)
+      conn.exec_params(ROUTES, [LOCK_CLASS]).to_h { |row| [Integer(row["ring_pool_id"]), row["url"]] }
+    end
+
+    # Tries to lock up to `count` of `ids` and takes over those it got.
+    # @return [Array<Integer>] the pools claimed
+    def claim(conn, ids, count, routes)
+      claimed = conn.exec_params(<<~SQL, [LOCK_CLASS, "{#{ids.join(',')}}", count]).column_values(0).map { |id| Integer(id) }
+        select id from unnest($2::integer[]) as id where pg_try_advisory_lock($1, id) limit $3
+      SQL
+      return claimed if claimed.empty?
+      begin
+        numbers = @store.numbers_with_lockouts(claimed)
+      rescue StandardError
+        claimed.each { |id| conn.exec_params("select pg_advisory_unlock($1, $2)", [LOCK_CLASS, id]) }
+        raise
+      end
+      claimed.each do |id|
+        @allocator.adopt(@catalog[id], numbers.fetch(id))
+        routes[id] = @url
+      end
+      claimed
+    end
+
+    # Stops serving pools, then unlocks them, so that another shard can take them.
+    def give_away(conn, ids, routes)
+      ids.each do |id|
+        @allocator.release(id)
+        conn.exec_params("select pg_advisory_unlock($1, $2)", [LOCK_CLASS, id])
+        routes.delete(id)
+      end
+    end
+  end
+end

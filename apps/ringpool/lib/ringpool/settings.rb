@@ -1,0 +1,71 @@
+# frozen_string_literal: true
+
+require "tmpdir"
+
+module Ringpool
+  # A shard's settings, from keywords or the environment (Settings.from_env). Checked when made:
+  # a bad value is an ArgumentError naming it, before anything starts.
+  #
+  #   DATABASE_URL                   PostgreSQL (required)
+  #   RINGPOOL_SOCKET_DIR            where shards' unix sockets go (default $TMPDIR/ringpool)
+  #   RINGPOOL_DEADLINE_MS           one allocation request, fan-out included (default 50)
+  #   RINGPOOL_OWNERSHIP_INTERVAL    seconds between ownership ticks (default 1)
+  #   RINGPOOL_DB_POOL               PostgreSQL connections per shard (default 8)
+  class Settings
+    # @return [String]
+    attr_reader :database_url
+    # @return [String]
+    attr_reader :socket_dir
+    # @return [Float] seconds
+    attr_reader :deadline
+    # @return [Float] seconds
+    attr_reader :ownership_interval
+    # @return [Integer]
+    attr_reader :db_pool_size
+
+    # @param env [Hash] the environment
+    # @return [Settings]
+    def self.from_env(env = ENV)
+      new(
+        database_url: env["DATABASE_URL"],
+        socket_dir: env.fetch("RINGPOOL_SOCKET_DIR", File.join(Dir.tmpdir, "ringpool")),
+        deadline: number(env, "RINGPOOL_DEADLINE_MS", 50) / 1000.0,
+        ownership_interval: number(env, "RINGPOOL_OWNERSHIP_INTERVAL", 1),
+        db_pool_size: Integer(env.fetch("RINGPOOL_DB_POOL", "8"), exception: false) || raise(ArgumentError, "RINGPOOL_DB_POOL must be an integer")
+      )
+    end
+
+    def self.number(env, name, default)
+      Float(env.fetch(name, default.to_s))
+    rescue ArgumentError
+      raise ArgumentError, "#{name} must be a number, not #{env[name].inspect}"
+    end
+    private_class_method :number
+
+    def initialize(database_url:, socket_dir: File.join(Dir.tmpdir, "ringpool"), deadline: 0.05, ownership_interval: 1.0, db_pool_size: 8)
+      raise ArgumentError, "DATABASE_URL (database_url) is required" if database_url.nil? || database_url.empty?
+      raise ArgumentError, "deadline must be a positive number of seconds" unless positive?(deadline)
+      raise ArgumentError, "ownership_interval must be a positive number of seconds" unless positive?(ownership_interval)
+      raise ArgumentError, "db_pool_size must be an integer of at least 1" unless db_pool_size.is_a?(Integer) && db_pool_size >= 1
+      @database_url = database_url
+      @socket_dir = socket_dir
+      @deadline = deadline.to_f
+      @ownership_interval = ownership_interval.to_f
+      @db_pool_size = db_pool_size
+      freeze
+    end
+
+    # The URL of shard `index`'s unix socket, which is also its identity among the shards.
+    # @param index [Integer]
+    # @return [String]
+    def shard_url(index)
+      "unix://#{File.join(@socket_dir, "shard-#{index}.sock")}"
+    end
+
+    private
+
+    def positive?(value)
+      value.is_a?(Numeric) && value.finite? && value.positive?
+    end
+  end
+end

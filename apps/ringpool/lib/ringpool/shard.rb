@@ -1,0 +1,187 @@
+# frozen_string_literal: true
+
+require "fileutils"
+
+module Ringpool
+  # One shard: a process (a Weft worker) that owns some pools, answers for any pool, and talks
+  # to the other shards. It wires the parts together:
+  #
+  #   Store, Catalog      PostgreSQL, and every pool's overflow number
+  #   Allocator           the pools this shard owns, in memory
+  #   Ownership           which shard owns which pool (advisory locks), this shard's share
+  #   FanOut              items of other shards' pools, sent to them
+  #   API, PeerAPI        the public Rack app, and the one on this shard's own unix socket
+  #
+  # The public API works as soon as the shard exists; #run (inside the reactor, e.g. from Weft's
+  # `worker_task` hook) gives it its identity, starts its peer listener and keeps ownership up to
+  # date until cancelled.
+  class Shard
+    # @return [Settings]
+    attr_reader :settings
+    # @return [Store]
+    attr_reader :store
+    # @return [String, nil] this shard's URL once #run started
+    attr_reader :url
+
+    # @param settings [Settings]
+    def initialize(settings)
+      @settings = settings
+      @db = Weft::Postgres::Pool.new(settings.database_url, size: settings.db_pool_size, application_name: "ringpool")
+      @store = Store.new(@db)
+      @catalog = Catalog.new(@store)
+      @allocator = Allocator.new(@store)
+      @fan_out = FanOut.new
+      @overflows = OverflowCounter.new
+      @ownership = nil
+      @url = nil
+    end
+
+    # @return [API] the public Rack app
+    def api
+      API.new(self)
+    end
+
+    # Serves as shard `url` until cancelled: binds the peer listener (a second Weft::Server in
+    # this reactor, on this shard's unix socket), then migrates the schema, ticks ownership and
+    # writes overflow counters every ownership interval. On the way out the peer listener stops
+    # gracefully and the lock session closes, so the other shards take the pools over at once.
+    # @param url [String] "unix:///path/shard-N.sock"
+    # @return [void]
+    def run(url)
+      @url = url
+      @ownership = Ownership.new(url: url, database_url: @settings.database_url, store: @store, catalog: @catalog,
+                                 allocator: @allocator, interval: @settings.ownership_interval)
+      FileUtils.mkdir_p(File.dirname(URI.parse(url).path))
+      peer = Weft::Server.new(PeerAPI.new(self), binds: [url], shutdown_timeout: 5)
+      Weft.spawn(detached: true, name: "ringpool peer listener") { peer.run }
+      loop do
+        maintain
+        sleep(@settings.ownership_interval)
+      end
+    ensure
+      peer&.stop
+      @ownership&.close
+      @fan_out.close
+    end
+
+    # Allocates a public request's items: this shard's pools here, the others' through FanOut,
+    # all at once under the configured deadline.
+    # @param entries [Array<Validation::Item, Result>] checked items, or their errors
+    # @return [Array<Result>] in item order
+    def allocate(entries)
+      results = Array.new(entries.size)
+      local = []
+      remote = Hash.new { |hash, url| hash[url] = [] }
+      Weft.deadline(@settings.deadline) do
+        resolved = resolve_pools(entries)
+        entries.each_with_index do |entry, index|
+          next results[index] = entry if entry.is_a?(Result)
+          pool = @catalog[entry.ring_pool]
+          next results[index] = unknown(entry, resolved) unless pool
+          item = Allocator::Item.new(pool, entry.params)
+          owner = @ownership&.owner(pool.id)
+          if @allocator.owns?(pool.id)
+            local << [index, item]
+          elsif owner && owner != @url
+            remote[owner] << [index, item]
+          else
+            results[index] = Result.overflow(pool, "shard_unavailable") # nobody holds it right now
+          end
+        end
+        gathered = remote.empty? ? nil : Weft.spawn(name: "ringpool gather") { @fan_out.call(remote.transform_values { |pairs| pairs.map(&:last) }) }
+        @allocator.allocate(local.map(&:last)).each_with_index { |result, i| results[local[i].first] = settle(result, local[i].last) }
+        collect(gathered)&.each do |url, answers|
+          answers.each_with_index { |result, i| results[remote[url][i].first] = settle(result, remote[url][i].last) }
+        end
+      end
+      results.each { |result| @overflows.count(result) }
+    end
+
+    # Allocates a peer's items, which must be of pools this shard owns (others answer not_owner).
+    # @param entries [Array<Validation::Item, Result>]
+    # @param deadline [Float, nil] seconds the caller still waits
+    # @return [Array<Result>]
+    def allocate_owned(entries, deadline)
+      Weft.deadline(deadline ? [deadline, @settings.deadline].min : @settings.deadline) do
+        items = entries.map do |entry|
+          next entry if entry.is_a?(Result)
+          state = @allocator.state(entry.ring_pool)
+          state ? Allocator::Item.new(state.pool, entry.params) : Result.not_owner(entry.ring_pool)
+        end
+        results = items.dup
+        owned = items.each_index.select { |index| items[index].is_a?(Allocator::Item) }
+        @allocator.allocate(owned.map { |index| items[index] }).each_with_index { |result, i| results[owned[i]] = result }
+        results.each { |result| @overflows.count(result) }
+      end
+    end
+
+    # Creates a pool and takes it over at once.
+    # @return [RingPool]
+    # @raise [Store::NumbersTaken], or the store's errors
+    def create_pool(**spec)
+      pool = @store.create_pool(**spec)
+      @catalog.add(pool)
+      begin
+        @ownership&.claim_new(pool)
+      rescue StandardError => e
+        Weft.logger.warn("ringpool #{@url}: could not claim new pool #{pool.id} (#{e.message}); the next tick will")
+      end
+      pool
+    end
+
+    # @param id [Integer]
+    # @return [String, nil] the URL of the shard that owns the pool, as far as this shard knows
+    def owner(id)
+      @ownership&.owner(id)
+    end
+
+    # @return [Hash] for GET /health
+    def health
+      { "status" => "ok", "shard" => @url, "owned_pools" => @allocator.owned_ids.size, "known_pools" => @catalog.size }
+    end
+
+    private
+
+    # Migrates once, ticks ownership, writes counters; within twice the interval. A failure is
+    # logged and tried again next time (PostgreSQL down at boot, say).
+    def maintain
+      Weft.deadline(@settings.ownership_interval * 2) do
+        unless @migrated
+          Schema.migrate(@db)
+          @migrated = true
+        end
+        @ownership.tick
+        @overflows.flush(@store)
+      end
+    rescue StandardError => e
+      Weft.logger.warn("ringpool #{@url}: maintenance failed: #{e.class}: #{e.message}")
+    end
+
+    # Pools created on other shards since the last refresh are looked up at once.
+    # @return [Boolean] false when they could not be (PostgreSQL unreachable)
+    def resolve_pools(entries)
+      ids = entries.filter_map { |entry| entry.ring_pool if entry.is_a?(Validation::Item) && !@catalog[entry.ring_pool] }
+      @catalog.resolve(ids) unless ids.empty?
+      true
+    rescue *Allocator::STORAGE_ERRORS
+      false
+    end
+
+    # The error for an item naming a pool the catalog does not have.
+    def unknown(entry, resolved)
+      return Result.error(entry.ring_pool, "unknown_ring_pool", "no ring pool #{entry.ring_pool}") if resolved
+      Result.error(entry.ring_pool, "storage_unavailable", "the ring pool could not be looked up")
+    end
+
+    # A pool that moved between ticks answers not_owner: its item gets the overflow number.
+    def settle(result, item)
+      result.kind == :not_owner ? Result.overflow(item.pool, "shard_unavailable") : result
+    end
+
+    def collect(task)
+      task&.wait
+    rescue Weft::DeadlineExceeded
+      retry # the deadline is raised once; the fan-out answers its fallbacks right after
+    end
+  end
+end
