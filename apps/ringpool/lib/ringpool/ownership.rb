@@ -29,6 +29,9 @@ module Ringpool
   class Ownership
     # The first key of every pool lock (the second is the pool id): "RINH".
     LOCK_CLASS = 0x52494E48
+    # Seconds a use of the lock session may take before the session is given up: long enough
+    # for a busy machine, short enough to notice a PostgreSQL that stopped answering.
+    SESSION_TIMEOUT = 3
 
     ROUTES = <<~SQL
       select l.objid::bigint as ring_pool_id, s.url
@@ -36,6 +39,7 @@ module Ringpool
        where l.locktype = 'advisory' and l.granted and l.classid = $1::integer::oid and l.objsubid = 2
          and l.database = (select oid from pg_database where datname = current_database())
     SQL
+    ROUTES_OF = "#{ROUTES} and l.objid = any($2::integer[]::oid[])"
 
     LIVE_SHARDS = <<~SQL
       select count(*) from ringpool_shards s
@@ -65,6 +69,14 @@ module Ringpool
       @routes = {}
       @session = nil
       @lock = Thread::Mutex.new
+      @failed = false
+      @unowned = {}
+    end
+
+    # @return [Boolean] whether the lock session failed last time it was used (PostgreSQL
+    #   unreachable): then this shard holds no pools, and neither, most likely, does any other
+    def failed?
+      @failed
     end
 
     # @param id [Integer] a pool id
@@ -73,8 +85,22 @@ module Ringpool
       @allocator.owns?(id) ? @url : @routes[id]
     end
 
-    # One round of heartbeat, routing and claiming (see the class comment). Bounded by twice the
-    # interval; a failure drops every pool this shard holds and closes the lock session.
+    # Looks up the owners of pools this shard has no route for — created on another shard, or
+    # taken over, since the last tick — in one query on the shared connections, so that a new
+    # pool is served from every shard at once. A pool found unowned is not asked about again
+    # until the next tick.
+    # @param ids [Array<Integer>]
+    # @return [void]
+    # @raise what the query raises
+    def resolve(ids)
+      missing = ids.reject { |id| @allocator.owns?(id) || @routes.key?(id) || @unowned.key?(id) }.uniq
+      return if missing.empty?
+      found = @store.db.query(ROUTES_OF, LOCK_CLASS, "{#{missing.join(',')}}").to_h { |row| [Integer(row["ring_pool_id"]), row["url"]] }
+      missing.each { |id| found[id] ? (@routes[id] = found[id]) : (@unowned[id] = true) }
+    end
+
+    # One round of heartbeat, routing and claiming (see the class comment). Bounded (see
+    # #session); a failure drops every pool this shard holds and closes the lock session.
     # @return [void]
     # @raise what went wrong, after dropping the pools
     def tick
@@ -93,6 +119,8 @@ module Ringpool
           claim(conn, orphans.shuffle, fair - mine.size, routes) unless orphans.empty?
         end
         @routes = routes
+        @unowned = {}
+        @failed = false
       end
     end
 
@@ -119,15 +147,16 @@ module Ringpool
     private
 
     # Runs the block with the lock session (connecting and registering first if needed), one
-    # fiber at a time, within twice the interval. Any failure drops the pools: a session in an
-    # unknown state cannot vouch for its locks.
+    # fiber at a time, within SESSION_TIMEOUT (or twice the interval, if longer). Any failure
+    # drops the pools: a session in an unknown state cannot vouch for its locks.
     def session
       @lock.synchronize do
-        Weft.timeout(@interval * 2) do
+        Weft.timeout([@interval * 2, SESSION_TIMEOUT].max) do
           @session ||= register(PG.connect(@database_url))
           yield @session
         end
-      rescue StandardError, Weft::Cancelled
+      rescue StandardError, Weft::Cancelled => e
+        @failed = true unless e.is_a?(Weft::Cancelled)
         close
         raise
       end

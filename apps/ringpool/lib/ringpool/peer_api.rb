@@ -8,6 +8,8 @@ module Ringpool
   #
   #   POST /shard/allocations   {"items": [{"ring_pool": ID, "params": {...}}, ...]}
   #                             => {"results": [...]}, one per item, in order
+  #   GET  /health              this shard's health (the public one answers for whichever
+  #                             worker took the connection)
   #
   # Items must be of pools this shard owns; the others answer `{"not_owner": true}` (ownership
   # moved since the caller's last tick) and the caller hands out their overflow numbers. The
@@ -23,6 +25,7 @@ module Ringpool
 
     # @return [Array] a Rack response
     def call(env)
+      return [200, HEADERS.dup, [JSON.generate(@shard.health)]] if env["PATH_INFO"] == "/health" && env["REQUEST_METHOD"] == "GET"
       unless env["REQUEST_METHOD"] == "POST" && env["PATH_INFO"] == FanOut::PATH
         return [404, HEADERS.dup, ['{"error":"not_found"}']]
       end

@@ -85,7 +85,7 @@ module Ringpool
           elsif owner && owner != @url
             remote[owner] << [index, item]
           else
-            results[index] = Result.overflow(pool, "shard_unavailable") # nobody holds it right now
+            results[index] = unowned(pool)
           end
         end
         gathered = remote.empty? ? nil : Weft.spawn(name: "ringpool gather") { @fan_out.call(remote.transform_values { |pairs| pairs.map(&:last) }) }
@@ -137,15 +137,17 @@ module Ringpool
 
     # @return [Hash] for GET /health
     def health
-      { "status" => "ok", "shard" => @url, "owned_pools" => @allocator.owned_ids.size, "known_pools" => @catalog.size }
+      { "status" => "ok", "shard" => @url, "pid" => Process.pid, "owned_pools" => @allocator.owned_ids.size,
+        "known_pools" => @catalog.size, "ownership" => @ownership&.failed? ? "failing" : "ok" }
     end
 
     private
 
-    # Migrates once, ticks ownership, writes counters; within twice the interval. A failure is
-    # logged and tried again next time (PostgreSQL down at boot, say).
+    # Migrates once, ticks ownership, writes counters; within a bound. A failure is
+    # tried again next time (PostgreSQL down at boot, say); it is logged when it starts (or
+    # changes) and when it ends, not every tick.
     def maintain
-      Weft.deadline(@settings.ownership_interval * 2) do
+      Weft.deadline([@settings.ownership_interval * 2, Ownership::SESSION_TIMEOUT].max + 1) do
         unless @migrated
           Schema.migrate(@db)
           @migrated = true
@@ -153,24 +155,42 @@ module Ringpool
         @ownership.tick
         @overflows.flush(@store)
       end
+      Weft.logger.info("ringpool #{@url}: maintenance works again") if @failure
+      @failure = nil
     rescue StandardError => e
-      Weft.logger.warn("ringpool #{@url}: maintenance failed: #{e.class}: #{e.message}")
+      failure = "#{e.class}: #{e.message.lines.first.to_s.strip}"
+      Weft.logger.warn("ringpool #{@url}: maintenance failed, holding no pools until it works: #{failure}") unless failure == @failure
+      @failure = failure
     end
 
-    # Pools created on other shards since the last refresh are looked up at once.
+    # Pools created on other shards since the last refresh, and their owners, are looked up at
+    # once.
     # @return [Boolean] false when they could not be (PostgreSQL unreachable)
     def resolve_pools(entries)
-      ids = entries.filter_map { |entry| entry.ring_pool if entry.is_a?(Validation::Item) && !@catalog[entry.ring_pool] }
-      @catalog.resolve(ids) unless ids.empty?
+      ids = entries.filter_map { |entry| entry.ring_pool if entry.is_a?(Validation::Item) }
+      begin
+        @catalog.resolve(ids)
+      rescue *Allocator::STORAGE_ERRORS
+        return false
+      end
+      begin
+        @ownership&.resolve(ids.select { |id| @catalog[id] })
+      rescue *Allocator::STORAGE_ERRORS
+        nil # those pools count as unowned for this request
+      end
       true
-    rescue *Allocator::STORAGE_ERRORS
-      false
     end
 
     # The error for an item naming a pool the catalog does not have.
     def unknown(entry, resolved)
       return Result.error(entry.ring_pool, "unknown_ring_pool", "no ring pool #{entry.ring_pool}") if resolved
       Result.error(entry.ring_pool, "storage_unavailable", "the ring pool could not be looked up")
+    end
+
+    # Nobody holds the pool right now: its owner died and the others have not taken it over yet,
+    # or PostgreSQL is unreachable (then this shard's own lock session failed too).
+    def unowned(pool)
+      Result.overflow(pool, @ownership&.failed? ? "storage_unavailable" : "shard_unavailable")
     end
 
     # A pool that moved between ticks answers not_owner: its item gets the overflow number.

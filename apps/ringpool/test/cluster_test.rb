@@ -1,0 +1,112 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require_relative "support/process_cluster"
+
+# Shards in real processes (weft serve, one shard per worker) sharing one PostgreSQL.
+class RingpoolClusterTest < Minitest::Test
+  include Ringpool::Test::Helpers
+
+  def setup
+    @db = fresh_database
+  end
+
+  def teardown
+    @cluster&.stop
+  end
+
+  def start_cluster(shards, **options)
+    @cluster = Ringpool::Test::ProcessCluster.new(database_url: @db, shards: shards, **options).start
+    @cluster.port
+  end
+
+  # Pools spread over the shards (fair shares); whichever shard takes a request serves its own
+  # pools and gets the others' numbers from their owners over their unix sockets.
+  def test_any_shard_answers_for_every_pool
+    port = start_cluster(3)
+    pools = Array.new(6) { create_pool(port, count: 20, lockout: 3600) }
+    owners = wait_until(10, "pools spread two per shard") do
+      owners = pools.map { |pool| api(port, :get, "/ring_pools/#{pool['id']}").last["owner"] }
+      owners.none?(&:nil?) && owners.tally.values.sort == [2, 2, 2] && owners
+    end
+    assert_equal 3, owners.uniq.size
+    entry_shards = []
+    10.times do |round|
+      items = pools.map { |pool| { "ring_pool" => pool["id"], "params" => { "round" => round } } }
+      answers = allocate(port, items)
+      answers.each_with_index do |answer, i|
+        refute answer["overflow"], "round #{round}: #{answer.inspect}\n#{@cluster.log_tail}"
+        assert_includes pools[i]["numbers"].map { |n| n["number"] }, answer["number"]
+      end
+      entry_shards << api(port, :get, "/health").last["shard"]
+    end
+    assert_equal 60, sql(@db, "select count(*) from allocations").first["count"].to_i
+    assert_operator entry_shards.uniq.size, :>=, 2, "the requests all went to one shard: #{entry_shards.tally}"
+  end
+
+  # kill -9 of a shard: PostgreSQL ends its lock session, so its pools are free at once; another
+  # shard (or its replacement) takes them over within 5 s, rebuilding their state from the
+  # table: numbers handed out before the kill stay locked out.
+  def test_a_killed_shards_pools_are_taken_over_within_five_seconds
+    port = start_cluster(3)
+    pool = create_pool(port, count: 3, lockout: 3600)
+    owner = wait_until(5, "an owner") { api(port, :get, "/ring_pools/#{pool['id']}").last["owner"] }
+    before = allocate(port, [{ "ring_pool" => pool["id"], "params" => { "when" => "before" } }]).first
+    refute before["overflow"]
+
+    Process.kill("KILL", @cluster.pid_of(owner))
+    killed_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    answer = nil
+    loop do
+      answer = assert_elapsed_under(1.5, "an answer while the owner is dead") do
+        allocate(port, [{ "ring_pool" => pool["id"], "params" => { "when" => "after" } }]).first
+      end
+      break unless answer["overflow"]
+      assert_equal "shard_unavailable", answer["reason"]
+      flunk("not taken over within 5 s\n#{@cluster.log_tail}") if Process.clock_gettime(Process::CLOCK_MONOTONIC) - killed_at > 5
+      sleep 0.05
+    end
+    taken_over = Process.clock_gettime(Process::CLOCK_MONOTONIC) - killed_at
+    assert_operator taken_over, :<, 5
+    refute_equal before["number"], answer["number"], "the state was not rebuilt from the table"
+    third = allocate(port, [{ "ring_pool" => pool["id"] }] * 2)
+    assert_equal [false, true], third.map { |a| a["overflow"] }, "3 numbers: one before, one after, one more, then exhausted"
+    assert_equal "exhausted", third.last["reason"]
+  end
+
+  # A shard that stops answering (SIGSTOP): its pools' items get the overflow number within the
+  # deadline, the others are served as usual; after SIGCONT it serves them again.
+  def test_a_stopped_shard_costs_its_pools_the_overflow_number_within_the_deadline
+    port = start_cluster(2, deadline_ms: 300)
+    pools = Array.new(4) { create_pool(port, count: 200, lockout: 3600) }
+    owners = wait_until(10, "pools spread two per shard") do
+      owners = pools.map { |pool| api(port, :get, "/ring_pools/#{pool['id']}").last["owner"] }
+      owners.none?(&:nil?) && owners.tally.values.sort == [2, 2] && owners
+    end
+    stopped = owners.first
+    pid = @cluster.pid_of(stopped)
+    Process.kill("STOP", pid)
+    begin
+      items = pools.map { |pool| { "ring_pool" => pool["id"] } }
+      answers = assert_elapsed_under(1.5, "answering with a shard stopped") { allocate(port, items) }
+      answers.each_with_index do |answer, i|
+        if owners[i] == stopped
+          assert_equal [true, "shard_unavailable"], answer.values_at("overflow", "reason")
+        else
+          refute answer["overflow"], answer.inspect
+        end
+      end
+    ensure
+      Process.kill("CONT", pid)
+    end
+    last = nil
+    wait_until(10, "the stopped shard's pools served again") do
+      sleep 0.1 # each round uses up a number of each pool: leave the pools some
+      last = allocate(port, pools.map { |pool| { "ring_pool" => pool["id"] } })
+      last.none? { |a| a["overflow"] }
+    end
+  rescue Minitest::Assertion => e
+    raise e.class, "#{e.message}\nlast answers: #{last.inspect}\n#{@cluster.log_tail}"
+
+  end
+end

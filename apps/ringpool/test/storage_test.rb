@@ -1,0 +1,71 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# PostgreSQL is the source of truth: with it stopped the shard answers at once with overflow
+# numbers (storage_unavailable) and never a tracked number it has not stored; when it is back,
+# tracked numbers are handed out again. And if two shards ever both believe they own a pool,
+# the exclusion constraint keeps any number from being stored twice within its lockout.
+class RingpoolStorageTest < Minitest::Test
+  include Ringpool::Test::Helpers
+
+  def test_postgres_stopped_gives_storage_unavailable_at_once_and_recovers
+    cluster = Weft::Test::PostgresCluster.new.start # a private one: this test stops it
+    db = fresh_database(cluster)
+    with_shard(db, deadline: 2.0) do |port|
+      pool = create_pool(port, count: 50, lockout: 3600)
+      items = Array.new(5) { { "ring_pool" => pool["id"] } }
+      before = allocate(port, items)
+      assert(before.none? { |a| a["overflow"] })
+
+      cluster.stop(mode: :fast)
+      5.times do
+        answers = assert_elapsed_under(1.0, "answering with PostgreSQL down") { allocate(port, items) }
+        assert_equal [["+15550999999", true, "storage_unavailable"]], answers.map { |a| a.values_at("number", "overflow", "reason") }.uniq
+        sleep 0.1 # before and after the shard's ownership tick notices
+      end
+      assert_equal 200, api(port, :get, "/health").first
+
+      cluster.start
+      after = wait_until(10, "tracked numbers again") do
+        answers = allocate(port, items)
+        answers.none? { |a| a["overflow"] } && answers
+      end
+      tracked = (before + after).map { |a| a["number"] }
+      stored = sql(db, "select number from allocations").map { |row| row["number"] }
+      assert_equal tracked.sort, stored.sort, "every tracked answer is stored, and nothing else"
+    end
+  ensure
+    cluster&.destroy
+  end
+
+  # Two allocators that both adopted the same pool (two owners for a moment) allocate at once:
+  # the table refuses the overlapping rows, each allocator reloads and picks again, and no
+  # number is stored twice within its lockout nor answered as tracked twice.
+  def test_two_owners_never_hand_out_a_number_twice
+    db = fresh_database
+    answers = []
+    with_db(db, size: 8) do |pool_db|
+      store = Ringpool::Store.new(pool_db)
+      pool = store.create_pool(name: "contested", numbers: numbers(20), overflow_number: "+15550999999", lockout_seconds: 3600)
+      owners = Array.new(2) do
+        allocator = Ringpool::Allocator.new(store)
+        allocator.adopt(pool, store.numbers_with_lockouts([pool.id]).fetch(pool.id))
+        allocator
+      end
+      tasks = Array.new(8) do |i|
+        Weft.spawn { owners[i % 2].allocate(Array.new(3) { Ringpool::Allocator::Item.new(pool, "{}") }) }
+      end
+      answers = Weft.gather(tasks).flatten
+    end
+    tracked = answers.select(&:tracked?).map(&:number)
+    assert_equal tracked.uniq, tracked, "a number was answered as tracked twice"
+    assert_equal 20, tracked.size, "both owners together hand out every number once"
+    assert(answers.reject(&:tracked?).all? { |a| a.overflow? && %w[exhausted shard_unavailable].include?(a.reason) })
+    overlapping = sql(db, <<~SQL).first["count"]
+      select count(*) from allocations a join allocations b on a.number = b.number and a.id < b.id and a.lockout && b.lockout
+    SQL
+    assert_equal "0", overlapping
+    assert_equal tracked.sort, sql(db, "select number from allocations").map { |row| row["number"] }.sort
+  end
+end
