@@ -42,6 +42,12 @@ class RingpoolClusterTest < Minitest::Test
     end
     assert_equal 60, sql(@db, "select count(*) from allocations").first["count"].to_i
     assert_operator entry_shards.uniq.size, :>=, 2, "the requests all went to one shard: #{entry_shards.tally}"
+    # Keep-alive between shards: fewer connections opened than requests sent over them.
+    peers = Array.new(3) { |index| @cluster.shard_health(index).fetch("peers").values }.flatten
+    requests = peers.sum { |peer| peer["requests"] }
+    opened = peers.sum { |peer| peer["connections_opened"] }
+    assert_operator requests, :>=, 20, "10 requests, each fanning out to two peers"
+    assert_operator opened, :<, requests / 2, "peer connections are not kept alive: #{peers}"
   end
 
   # kill -9 of a shard: PostgreSQL ends its lock session, so its pools are free at once; another

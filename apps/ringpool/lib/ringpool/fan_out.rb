@@ -32,6 +32,14 @@ module Ringpool
       asked.to_h { |url, items, task| [url, collect(task, items)] }
     end
 
+    # @return [Hash{String => Hash}] per peer URL: connections opened and requests sent, so far
+    def statistics
+      @clients.to_h do |url, client|
+        counts = client.statistics.values.first || {}
+        [url, { "connections_opened" => counts.fetch(:created, 0), "requests" => counts.fetch(:checkouts, 0) }]
+      end
+    end
+
     # Closes every peer connection.
     # @return [void]
     def close

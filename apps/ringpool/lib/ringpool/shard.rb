@@ -138,7 +138,8 @@ module Ringpool
     # @return [Hash] for GET /health
     def health
       { "status" => "ok", "shard" => @url, "pid" => Process.pid, "owned_pools" => @allocator.owned_ids.size,
-        "known_pools" => @catalog.size, "ownership" => @ownership&.failed? ? "failing" : "ok" }
+        "known_pools" => @catalog.size, "ownership" => @ownership&.failed? ? "failing" : "ok",
+        "peers" => @fan_out.statistics }
     end
 
     private

@@ -1,0 +1,29 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# Bad settings are refused when the shard is configured, naming the setting.
+class RingpoolSettingsTest < Minitest::Test
+  def test_from_env_reads_the_environment
+    settings = Ringpool::Settings.from_env({ "DATABASE_URL" => "postgres://x/y", "RINGPOOL_SOCKET_DIR" => "/run/rp",
+                                             "RINGPOOL_DEADLINE_MS" => "80", "RINGPOOL_OWNERSHIP_INTERVAL" => "0.5",
+                                             "RINGPOOL_DB_POOL" => "3" })
+    assert_equal ["postgres://x/y", 0.08, 0.5, 3], [settings.database_url, settings.deadline, settings.ownership_interval, settings.db_pool_size]
+    assert_equal "unix:///run/rp/shard-2.sock", settings.shard_url(2)
+  end
+
+  def test_bad_values_are_argument_errors_naming_the_setting
+    {
+      {} => /DATABASE_URL/,
+      { "RINGPOOL_DEADLINE_MS" => "fast" } => /RINGPOOL_DEADLINE_MS/,
+      { "RINGPOOL_DEADLINE_MS" => "-5" } => /deadline/,
+      { "RINGPOOL_OWNERSHIP_INTERVAL" => "0" } => /ownership_interval/,
+      { "RINGPOOL_DB_POOL" => "many" } => /RINGPOOL_DB_POOL/,
+      { "RINGPOOL_DB_POOL" => "0" } => /db_pool_size/
+    }.each do |env, message|
+      env = { "DATABASE_URL" => "postgres://x/y" }.merge(env) unless env.empty?
+      error = assert_raises(ArgumentError, env.inspect) { Ringpool::Settings.from_env(env) }
+      assert_match message, error.message
+    end
+  end
+end
