@@ -193,6 +193,30 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal :open, b.state
   end
 
+  def test_a_failure_without_fallback_propagates_untouched_and_counts
+    b = breaker(minimum_calls: 1, window_calls: 1)
+    raised = Boom.new("shard down")
+    error = assert_raises(Boom) { b.call { raise raised } }
+    assert_same raised, error
+    assert_match(/circuit_breaker_test\.rb/, error.backtrace.first)
+    assert_equal :open, b.state
+  end
+
+  def test_leaving_the_block_by_return_break_or_throw_is_a_success
+    b = breaker(minimum_calls: 1, window_calls: 1)
+    early = ->(breaker) { [1].each { breaker.call { return :returned } } }
+    assert_equal :returned, early.call(b)
+    assert_equal :broke, b.call { break :broke }
+    assert_equal :thrown, catch(:done) { b.call { throw :done, :thrown } }
+    begin
+      raise Boom, "handled before the call"
+    rescue Boom
+      catch(:out) { b.call { throw :out } } # $! is set by the outer rescue, not by the block
+    end
+    assert_equal [4, 4, 0], b.statistics.values_at(:calls, :successes, :failures)
+    assert_equal :closed, b.state
+  end
+
   def test_failure_predicate
     b = breaker(failure: ->(e) { e.message.start_with?("5") }, minimum_calls: 2, window_calls: 2)
     assert_raises(Boom) { b.call { raise Boom, "404" } }

@@ -41,7 +41,9 @@ module Weft
   # bookkeeping, never the protected call. Breakers register under their name
   # (CircuitBreaker[name], CircuitBreaker.all), which is how the server's statistics find them.
   class CircuitBreaker
-    STATES = %i[closed open ramping].freeze
+    CATCH_ALL = [Exception].freeze
+    CATCH_NONE = [].freeze
+    private_constant :CATCH_ALL, :CATCH_NONE
     DEFAULT_RAMP = [0.05, 0.25, 0.5].freeze
 
     @registry = {}
@@ -114,7 +116,7 @@ module Weft
       @rate_limit = check_guard(:rate_limit, rate_limit, RateLimiter)
       @bulkhead = check_guard(:bulkhead, bulkhead, Bulkhead)
       # The clock is read after a call only when something needs the time.
-      @clocked = !@slow_call.nil? || window_seconds
+      @clocked = !@slow_call.nil? || !window_seconds.nil?
 
       @mutex = Thread::Mutex.new
       @listeners = [].freeze
@@ -122,7 +124,7 @@ module Weft
       # Bumped on every change of state, so that calls admitted under an earlier state (still
       # running when the breaker opened, say) do not sway the judgement of the current one.
       @generation = 0
-      @calls = @successes = @failures = @slow = @ignored = @rejected = @opened = 0
+      @successes = @failures = @slow = @ignored = @rejected = @opened = 0
       @open_until = nil
       reset_ramp(nil)
       CircuitBreaker.register(self) if register
@@ -144,18 +146,27 @@ module Weft
         return refuse(refusal, fallback) if refusal
         held = !@bulkhead.nil?
       end
+      outer = $!
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @slow_call
+      finished = false
       begin
         result = yield
-      rescue Exception => error # rubocop:disable Lint/RescueException
+        finished = true
+      rescue *(fallback ? CATCH_ALL : CATCH_NONE) => error
+        # Caught only to be handed to the fallback, if it counts.
+        finished = true
         if held
           held = false
-          @bulkhead.release # before the fallback runs, which need not hold the slot
+          @bulkhead.release # before the fallback runs: it needs no slot
         end
-        raise error unless failed(error, generation, started) && fallback
+        raise error unless failed(error, generation, started)
         return fallback.call(error)
       ensure
         @bulkhead.release if held
+        # Without a fallback, a failure is recorded here on its way out: catching and re-raising
+        # it would cost more than the rest of the breaker (a re-raise takes microseconds on Ruby
+        # 3.1). Leaving the block by return, break or throw (no new exception) is a success.
+        ended(($! unless $!.equal?(outer)), generation, started) unless finished
       end
       succeeded(generation, started)
       result
@@ -188,7 +199,8 @@ module Weft
     #   `opened` how often the breaker opened.
     def statistics
       read do
-        { name: @name, state: @state, admitted_fraction: fraction, calls: @calls, successes: @successes,
+        { name: @name, state: @state, admitted_fraction: fraction,
+          calls: @successes + @failures + @ignored + @rejected, successes: @successes,
           failures: @failures, slow: @slow, ignored: @ignored, rejected: @rejected, opened: @opened }
       end
     end
@@ -249,12 +261,17 @@ module Weft
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @clocked
       slow = @slow_call && now - started > @slow_call
       change = @mutex.synchronize do
-        @calls += 1
         @successes += 1
         @slow += 1 if slow
         judge(slow ? SlidingWindow::SLOW : 0, now, generation)
       end
       notify(change) if change
+    end
+
+    # Records a call that left its block early: by an exception, or (error nil) by return,
+    # break or throw, which count as success.
+    def ended(error, generation, started)
+      error ? failed(error, generation, started) : succeeded(generation, started)
     end
 
     # @return [Boolean] whether the exception counts as a failure
@@ -263,7 +280,6 @@ module Weft
       counts = counts?(error)
       slow = counts && @slow_call && now - started > @slow_call
       change = @mutex.synchronize do
-        @calls += 1
         if counts
           @failures += 1
           @slow += 1 if slow
@@ -350,7 +366,6 @@ module Weft
     end
 
     def count_refusal
-      @calls += 1
       @rejected += 1
     end
 

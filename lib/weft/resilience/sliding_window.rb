@@ -42,18 +42,19 @@ module Weft
       # Adds one outcome, pushing out the oldest once the ring is full.
       # @param outcome [Integer] a bit set of SlidingWindow::FAILED and SlidingWindow::SLOW
       def record(outcome, _now)
-        old = @outcomes[@next]
-        if old
+        index = @next
+        old = @outcomes[index]
+        @outcomes[index] = outcome
+        @next = index + 1 == @size ? 0 : index + 1
+        if old.nil?
+          @calls += 1
+        elsif old != 0
           @failures -= 1 if old.anybits?(SlidingWindow::FAILED)
           @slow -= 1 if old.anybits?(SlidingWindow::SLOW)
-        else
-          @calls += 1
         end
+        return if outcome == 0 # the common case, a quick success, ends here
         @failures += 1 if outcome.anybits?(SlidingWindow::FAILED)
         @slow += 1 if outcome.anybits?(SlidingWindow::SLOW)
-        @outcomes[@next] = outcome
-        @next += 1
-        @next = 0 if @next == @size
       end
 
       # Nothing ages out of a count window.
