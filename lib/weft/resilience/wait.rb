@@ -13,15 +13,13 @@ module Weft
       end
 
       # A wait bounded by `timeout` and by what is left of the caller's Weft.deadline, so that a
-      # guard refuses at once a wait the deadline would cut short anyway. (Weft.remaining comes
-      # with deadlines; before them only the timeout counts.)
+      # guard refuses at once a wait the deadline would cut short anyway.
       # @param timeout [Numeric, nil]
       # @return [Numeric] seconds, Float::INFINITY when nothing bounds the wait
       def self.limit(timeout)
         limit = timeout || Float::INFINITY
-        return limit unless Weft.respond_to?(:remaining)
         remaining = Weft.remaining
-        remaining.is_a?(Numeric) && remaining < limit ? remaining : limit
+        remaining && remaining < limit ? remaining : limit
       end
     end
   end
