@@ -61,8 +61,17 @@ module Weft
           fibers: scheduler[:tasks],
           reactor_lag: scheduler[:lag]&.round(6),
           reactor_max_lag: scheduler[:max_lag]&.round(6),
-          rss_bytes: Statistics.rss
+          rss_bytes: Statistics.rss,
+          **Statistics.circuit_breakers
         }
+      end
+
+      # The state and counters of every registered Weft::CircuitBreaker, only when the
+      # application loaded weft/resilience (the server does not load it).
+      # @return [Hash] { circuit_breakers: [Hash, ...] }, or {} without weft/resilience
+      def self.circuit_breakers
+        return {} unless defined?(Weft::CircuitBreaker)
+        { circuit_breakers: Weft::CircuitBreaker.statistics }
       end
 
       # @return [Integer, nil] resident set size of this process
@@ -117,7 +126,47 @@ module Weft
             out << "#{name}{worker=\"#{worker[:worker]}\",pid=\"#{worker[:pid]}\"} #{worker[key] || 0}\n"
           end
         end
+        breaker_metrics(workers, out)
+      end
+
+      BREAKER_METRICS = {
+        calls: ["counter", "weft_circuit_breaker_calls_total", "Calls that ended or were refused"],
+        successes: ["counter", "weft_circuit_breaker_successes_total", "Calls that succeeded"],
+        failures: ["counter", "weft_circuit_breaker_failures_total", "Calls that failed with an exception that counts"],
+        slow: ["counter", "weft_circuit_breaker_slow_calls_total", "Calls slower than the breaker's slow_call"],
+        rejected: ["counter", "weft_circuit_breaker_rejected_total", "Calls refused without running"],
+        opened: ["counter", "weft_circuit_breaker_opened_total", "Times the breaker opened"],
+        admitted_fraction: ["gauge", "weft_circuit_breaker_admitted_fraction", "Share of calls the breaker admits now"]
+      }.freeze
+
+      private
+
+      # Appends the circuit breakers' metrics (workers that report none add nothing); the state
+      # is one 0/1 series per state, as Prometheus prefers to an enumeration coded as a number.
+      def breaker_metrics(workers, out)
+        series = workers.flat_map do |worker|
+          Array(worker[:circuit_breakers]).map do |breaker|
+            ["worker=\"#{worker[:worker]}\",pid=\"#{worker[:pid]}\",breaker=\"#{Statistics.label(breaker[:name])}\"", breaker]
+          end
+        end
+        return out if series.empty?
+
+        out << "# HELP weft_circuit_breaker_state Whether the breaker is in this state\n# TYPE weft_circuit_breaker_state gauge\n"
+        series.each do |labels, breaker|
+          %w[closed open ramping].each do |state|
+            out << "weft_circuit_breaker_state{#{labels},state=\"#{state}\"} #{breaker[:state].to_s == state ? 1 : 0}\n"
+          end
+        end
+        BREAKER_METRICS.each do |key, (type, name, help)|
+          out << "# HELP #{name} #{help}\n# TYPE #{name} #{type}\n"
+          series.each { |labels, breaker| out << "#{name}{#{labels}} #{breaker[key] || 0}\n" }
+        end
         out
+      end
+
+      # @return [String] a Prometheus label value, escaped
+      def self.label(value)
+        value.to_s.gsub(/[\\"\n]/, "\\" => "\\\\", "\"" => "\\\"", "\n" => "\\n")
       end
 
       # Worker snapshots shared through small JSON files in a directory owned by the master.

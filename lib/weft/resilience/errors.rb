@@ -1,0 +1,35 @@
+# frozen_string_literal: true
+
+require_relative "../errors"
+
+module Weft
+  # Raised (or handed to a fallback) when a guard refuses a call before it starts: the protected
+  # code did not run, so nothing was sent anywhere. Rescue this to treat every kind of refusal
+  # alike, e.g. to answer with a degraded result.
+  class Rejected < Error; end
+
+  # A circuit breaker refused the call: it is open, or it is ramping back up and this call was
+  # not among the fraction it lets through.
+  class CircuitOpen < Rejected
+    # @return [String] the breaker's name
+    attr_reader :breaker
+    # @return [Symbol] :open or :ramping
+    attr_reader :state
+    # @return [Float, nil] seconds until an open breaker starts ramping; nil while ramping
+    attr_reader :retry_after
+
+    def initialize(breaker, state, retry_after = nil)
+      @breaker = breaker
+      @state = state
+      @retry_after = retry_after
+      detail = retry_after ? "open, ramping in #{retry_after.round(3)}s" : "ramping, call not admitted"
+      super("circuit breaker #{breaker.inspect} #{detail}")
+    end
+  end
+
+  # A rate limiter had no token for the call within the time it was allowed to wait.
+  class RateLimited < Rejected; end
+
+  # A bulkhead had no free slot: its wait queue was full, or no slot freed up in time.
+  class BulkheadFull < Rejected; end
+end

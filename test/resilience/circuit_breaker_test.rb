@@ -1,0 +1,340 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "weft/resilience"
+
+class CircuitBreakerTest < Minitest::Test
+  Boom = Class.new(StandardError)
+
+  def breaker(**options)
+    defaults = { window_calls: 10, minimum_calls: 10, open_for: 0.2, ramp_for: 0.6, register: false }
+    Weft::CircuitBreaker.new("test-#{name}", **defaults, **options)
+  end
+
+  # Runs `n` calls that fail (raise Boom) and returns how many reached the block.
+  def fail_calls(breaker, n)
+    ran = 0
+    n.times do
+      breaker.call(fallback: ->(_) {}) do
+        ran += 1
+        raise Boom
+      end
+    end
+    ran
+  end
+
+  def succeed_calls(breaker, n)
+    ran = 0
+    n.times { breaker.call(fallback: ->(_) {}) { ran += 1 } }
+    ran
+  end
+
+  def wait_for(timeout = 5)
+    deadline = Weft::Timers.now + timeout
+    until (value = yield)
+      flunk "condition not met within #{timeout}s" if Weft::Timers.now > deadline
+      sleep 0.005
+    end
+    value
+  end
+
+  def test_opens_when_the_failure_rate_reaches_the_threshold
+    b = breaker(failure_rate: 0.5)
+    succeed_calls(b, 5)
+    fail_calls(b, 4)
+    assert_equal :closed, b.state # 4 of 9, and fewer than minimum_calls anyway
+    fail_calls(b, 1)
+    assert_equal :open, b.state # 5 of 10
+    stats = b.statistics
+    assert_equal [10, 5, 5, 1], stats.values_at(:calls, :successes, :failures, :opened)
+  end
+
+  def test_stays_closed_below_the_failure_rate
+    b = breaker(failure_rate: 0.5)
+    succeed_calls(b, 6)
+    fail_calls(b, 4)
+    succeed_calls(b, 10)
+    assert_equal :closed, b.state
+  end
+
+  def test_stays_closed_below_minimum_calls
+    b = breaker(window_calls: 20, minimum_calls: 10)
+    assert_equal 9, fail_calls(b, 9)
+    assert_equal :closed, b.state
+    fail_calls(b, 1)
+    assert_equal :open, b.state
+  end
+
+  def test_opens_on_the_slow_call_rate
+    b = breaker(window_calls: 4, minimum_calls: 4, slow_call: 0.03, slow_rate: 0.5)
+    b.call { :fast }
+    b.call { :fast }
+    b.call { sleep 0.06 }
+    assert_equal :closed, b.state
+    assert_equal :slow, b.call { sleep 0.06; :slow } # succeeds, but slowly: 2 of 4 slow
+    assert_equal :open, b.state
+    stats = b.statistics
+    assert_equal [4, 0, 2], stats.values_at(:successes, :failures, :slow)
+  end
+
+  def test_never_runs_the_block_while_open
+    b = breaker(open_for: 30)
+    fail_calls(b, 10)
+    assert_equal 0, fail_calls(b, 100)
+    assert_equal 0, succeed_calls(b, 100)
+
+    error = nil
+    assert_equal :overflow, b.call(fallback: ->(e) { error = e; :overflow }) { flunk "ran while open" }
+    assert_instance_of Weft::CircuitOpen, error
+    assert_equal "test-#{name}", error.breaker
+    assert_equal :open, error.state
+    assert_in_delta 30, error.retry_after, 1
+
+    raised = assert_raises(Weft::CircuitOpen) { b.call { flunk "ran while open" } }
+    assert_kind_of Weft::Rejected, raised
+    assert_equal 202, b.statistics[:rejected]
+  end
+
+  def test_ramp_admits_the_configured_fractions_then_closes
+    b = breaker(open_for: 0.1, ramp: [0.05, 0.25, 0.5], ramp_for: 0.9)
+    fail_calls(b, 10)
+    sleep 0.1
+    [0.05, 0.25, 0.5].each do |fraction|
+      wait_for { b.admitted_fraction == fraction }
+      admitted = succeed_calls(b, 200)
+      # Counted admission gives exactly ceil(fraction * 200) within one step; a step boundary
+      # crossed mid-loop (a slow machine) can shift a few.
+      assert_in_delta fraction * 200, admitted, 4, "step #{fraction}"
+    end
+    wait_for { b.state == :closed }
+    assert_equal 100, succeed_calls(b, 100)
+    assert_equal 1, b.statistics[:opened]
+  end
+
+  def test_ramp_admits_the_first_call_of_each_step
+    b = breaker(open_for: 0.05, ramp: [0.01], ramp_for: 5)
+    fail_calls(b, 10)
+    sleep 0.06
+    assert_equal [1, 0, 0], Array.new(3) { succeed_calls(b, 1) } # a probe at once, then 1 in 100
+  end
+
+  def test_failures_during_the_ramp_open_it_again
+    b = breaker(open_for: 0.1, ramp: [0.5, 1.0], ramp_for: 10, ramp_minimum_calls: 4)
+    changes = []
+    b.on_change { |_, from, to| changes << [from, to] }
+    fail_calls(b, 10)
+    sleep 0.1
+    assert_equal :ramping, b.state
+    assert_equal 4, fail_calls(b, 7) # half of 7 admitted, rounding up: the 4th trips it
+    assert_equal :open, b.state
+    assert_equal 0, fail_calls(b, 10)
+    assert_equal 2, b.statistics[:opened]
+    assert_equal [%i[closed open], %i[open ramping], %i[ramping open]], changes
+  end
+
+  def test_ramp_with_too_few_calls_to_judge_carries_them_into_the_next_step
+    b = breaker(open_for: 0.05, ramp: [0.5, 1.0], ramp_for: 0.4, ramp_minimum_calls: 3)
+    fail_calls(b, 10)
+    sleep 0.06
+    assert_equal 1, fail_calls(b, 2) # 1 failure judged of 3 needed
+    wait_for { b.admitted_fraction == 1.0 }
+    fail_calls(b, 2) # 3 failures now
+    assert_equal :open, b.state
+  end
+
+  def test_on_change_reports_every_transition_and_survives_a_failing_callback
+    b = breaker(open_for: 0.05, ramp: [1.0], ramp_for: 0.05)
+    changes = []
+    b.on_change { |breaker, from, to| changes << [breaker, from, to] }
+    b.on_change { |_, _, _| raise "callback bug" }
+    log = StringIO.new
+    previous = Weft.logger
+    Weft.logger = Logger.new(log)
+    begin
+      fail_calls(b, 10)
+      wait_for { b.state == :closed }
+    ensure
+      Weft.logger = previous
+    end
+    assert_equal [[b, :closed, :open], [b, :open, :ramping], [b, :ramping, :closed]], changes
+    assert_match(/on_change callback failed: RuntimeError: callback bug/, log.string)
+  end
+
+  def test_fallback_gets_counted_failures_too
+    b = breaker
+    seen = nil
+    assert_equal :overflow, b.call(fallback: ->(e) { seen = e; :overflow }) { raise Boom, "shard down" }
+    assert_instance_of Boom, seen
+    assert_equal 1, b.statistics[:failures]
+  end
+
+  def test_a_failing_fallback_raises_its_own_error
+    b = breaker(open_for: 30)
+    fail_calls(b, 10)
+    error = assert_raises(KeyError) { b.call(fallback: ->(_) { raise KeyError, "no overflow number" }) { 1 } }
+    assert_equal "no overflow number", error.message
+    error = assert_raises(KeyError) do
+      breaker.call(fallback: ->(_) { raise KeyError, "from fallback" }) { raise Boom, "from call" }
+    end
+    assert_equal "from fallback", error.message
+    assert_instance_of Boom, error.cause
+  end
+
+  def test_exceptions_that_do_not_count_propagate_uncounted
+    b = breaker(failure: [IOError], minimum_calls: 1, window_calls: 1)
+    fallback_ran = false
+    3.times do
+      assert_raises(ArgumentError) { b.call(fallback: ->(_) { fallback_ran = true }) { raise ArgumentError } }
+    end
+    refute fallback_ran
+    assert_equal :closed, b.state
+    assert_equal [3, 0, 3], b.statistics.values_at(:calls, :failures, :ignored)
+    b.call(fallback: ->(_) {}) { raise IOError }
+    assert_equal :open, b.state
+  end
+
+  def test_a_failure_without_fallback_propagates_untouched_and_counts
+    b = breaker(minimum_calls: 1, window_calls: 1)
+    raised = Boom.new("shard down")
+    error = assert_raises(Boom) { b.call { raise raised } }
+    assert_same raised, error
+    assert_match(/circuit_breaker_test\.rb/, error.backtrace.first)
+    assert_equal :open, b.state
+  end
+
+  def test_leaving_the_block_by_return_break_or_throw_is_a_success
+    b = breaker(minimum_calls: 1, window_calls: 1)
+    early = ->(breaker) { [1].each { breaker.call { return :returned } } }
+    assert_equal :returned, early.call(b)
+    assert_equal :broke, b.call { break :broke }
+    assert_equal :thrown, catch(:done) { b.call { throw :done, :thrown } }
+    begin
+      raise Boom, "handled before the call"
+    rescue Boom
+      catch(:out) { b.call { throw :out } } # $! is set by the outer rescue, not by the block
+    end
+    assert_equal [4, 4, 0], b.statistics.values_at(:calls, :successes, :failures)
+    assert_equal :closed, b.state
+  end
+
+  def test_failure_predicate
+    b = breaker(failure: ->(e) { e.message.start_with?("5") }, minimum_calls: 2, window_calls: 2)
+    assert_raises(Boom) { b.call { raise Boom, "404" } }
+    assert_raises(Boom) { b.call { raise Boom, "503" } }
+    assert_equal [1, 1], b.statistics.values_at(:failures, :ignored)
+  end
+
+  def test_cancellation_never_counts_and_propagates
+    b = breaker(failure: [Exception], minimum_calls: 1, window_calls: 1)
+    fallback_ran = false
+    Weft.run do
+      task = Weft.spawn { b.call(fallback: ->(_) { fallback_ran = true }) { sleep 10 } }
+      sleep 0.01
+      task.cancel
+      assert_nil task.wait
+      assert task.cancelled?
+    end
+    refute fallback_ran
+    assert_equal :closed, b.state
+    assert_equal [1, 0, 1], b.statistics.values_at(:calls, :failures, :ignored)
+  end
+
+  def test_time_window_forgets_old_outcomes
+    b = breaker(window_calls: nil, window_seconds: 0.3, minimum_calls: 4)
+    fail_calls(b, 3)
+    sleep 0.4
+    fail_calls(b, 1)
+    succeed_calls(b, 3) # 1 failure of 4 in the window; 4 of 7 had the old ones stayed
+    assert_equal :closed, b.state
+    fail_calls(b, 3)
+    assert_equal :open, b.state
+  end
+
+  def test_calls_admitted_before_it_opened_do_not_judge_the_ramp
+    b = breaker(open_for: 0.05, ramp: [1.0], ramp_for: 10, ramp_minimum_calls: 1)
+    Weft.run do
+      slow = Weft.spawn { b.call(fallback: ->(_) {}) { sleep 0.2; raise Boom } } # admitted while closed
+      sleep 0.01
+      fail_calls(b, 10)
+      sleep 0.06
+      succeed_calls(b, 1)
+      assert_equal :ramping, b.state
+      slow.wait
+      assert_equal :ramping, b.state # its failure belongs to the closed period
+    end
+    assert_equal 11, b.statistics[:failures]
+  end
+
+  def test_rate_limit_and_bulkhead_refusals_go_to_the_fallback_uncounted
+    limited = breaker(rate_limit: Weft::RateLimiter.new(rate: 1, burst: 2), minimum_calls: 1, window_calls: 1)
+    errors = Array.new(3) { limited.call(fallback: ->(e) { e }) { :ran } }
+    assert_equal :ran, errors[0]
+    assert_equal :ran, errors[1]
+    assert_instance_of Weft::RateLimited, errors[2]
+    assert_equal :closed, limited.state
+    assert_equal [3, 2, 0, 1], limited.statistics.values_at(:calls, :successes, :failures, :rejected)
+
+    bulkhead = Weft::Bulkhead.new(limit: 1)
+    guarded = breaker(bulkhead: bulkhead, minimum_calls: 1, window_calls: 1)
+    inner = nil
+    outer = guarded.call do
+      inner = guarded.call(fallback: ->(e) { e }) { :ran }
+      :outer
+    end
+    assert_equal :outer, outer
+    assert_instance_of Weft::BulkheadFull, inner
+    assert_equal 0, bulkhead.active
+    assert_raises(Boom) { guarded.call { raise Boom } }
+    assert_equal 0, bulkhead.active # released on failure too
+  end
+
+  def test_shared_between_threads_the_counters_add_up
+    b = breaker(window_calls: 50, minimum_calls: 50, failure_rate: 0.3, open_for: 0.01, ramp_for: 0.02,
+                ramp: [0.5], ramp_minimum_calls: 5)
+    ran = 0
+    ran_lock = Mutex.new
+    threads = Array.new(6) do |t|
+      Thread.new do
+        2_000.times do |i|
+          b.call(fallback: ->(_) {}) do
+            ran_lock.synchronize { ran += 1 }
+            raise Boom if (i + t) % 4 == 0 # a failure rate near the threshold: the state moves
+          end
+        end
+      end
+    end
+    threads.each(&:join)
+    stats = b.statistics
+    assert_equal 12_000, stats[:calls]
+    assert_equal stats[:calls], stats[:successes] + stats[:failures] + stats[:rejected] + stats[:ignored]
+    assert_equal ran, stats[:successes] + stats[:failures]
+  end
+
+  def test_registry
+    named = Weft::CircuitBreaker.new("registry-#{name}")
+    assert_same named, Weft::CircuitBreaker["registry-#{name}"]
+    assert_same named, Weft::CircuitBreaker[:"registry-#{name}"]
+    assert_includes Weft::CircuitBreaker.all, named
+    assert_includes Weft::CircuitBreaker.statistics.map { |s| s[:name] }, "registry-#{name}"
+    replacement = Weft::CircuitBreaker.new("registry-#{name}")
+    assert_same replacement, Weft::CircuitBreaker["registry-#{name}"]
+    Weft::CircuitBreaker.new("unregistered-#{name}", register: false)
+    assert_nil Weft::CircuitBreaker["unregistered-#{name}"]
+  end
+
+  def test_invalid_options_raise_argument_error
+    [
+      { window_calls: 0 }, { window_seconds: -1 }, { window_calls: 10, window_seconds: 5 },
+      { minimum_calls: 0 }, { window_calls: 5, minimum_calls: 6 },
+      { failure_rate: 0 }, { failure_rate: 1.5 }, { slow_rate: -0.1 }, { slow_call: -1 }, { slow_call: 0 },
+      { open_for: -1 }, { open_for: Float::INFINITY }, { ramp_for: 0 },
+      { ramp: [] }, { ramp: [0.5, 0.25] }, { ramp: [0.5, 0.5] }, { ramp: [0, 0.5] }, { ramp: [0.5, 1.5] }, { ramp: 0.5 },
+      { ramp_minimum_calls: 0 }, { failure: [] }, { failure: ["IOError"] }, { failure: [Object] },
+      { rate_limit: 10 }, { bulkhead: 4 }
+    ].each do |options|
+      assert_raises(ArgumentError, options.inspect) { Weft::CircuitBreaker.new("bad", register: false, **options) }
+    end
+    assert_raises(ArgumentError) { Weft::CircuitBreaker.new("", register: false) }
+    assert_raises(ArgumentError) { breaker.on_change }
+  end
+end
