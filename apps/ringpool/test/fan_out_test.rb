@@ -57,11 +57,49 @@ class RingpoolFanOutTest < Minitest::Test
     end
   end
 
+  # A peer that keeps missing the deadline is not called at all once its breaker opens (its
+  # items get the overflow number at once), and gets calls back gradually when it recovers.
+  def test_a_failing_peer_is_skipped_then_let_back_gradually
+    mode = [:slow]
+    received = Queue.new
+    peer = lambda do |env|
+      received << true
+      sleep 1 if mode.first == :slow
+      PEERS["good"].call(env)
+    end
+    Dir.mktmpdir do |dir|
+      server = Weft::Server.new(peer, binds: ["unix://#{dir}/peer.sock"], shutdown_timeout: 1)
+      thread = Thread.new { server.run }
+      url = "unix://#{dir}/peer.sock"
+      fan_out = Ringpool::FanOut.new(breaker: { window_calls: 4, minimum_calls: 4, open_for: 0.5, ramp: [0.25, 0.5], ramp_for: 1, ramp_minimum_calls: 2 })
+      ask = -> { Weft.run { Weft.deadline(0.2) { fan_out.call({ url => items(1) }) } }.fetch(url).first }
+      4.times { assert_equal "shard_unavailable", ask.call.reason }
+      assert_equal :open, fan_out.breaker(url).state
+      sent = received.size
+      answer = assert_elapsed_under(0.1, "an open breaker still waited for the peer") { ask.call }
+      assert_equal "shard_unavailable", answer.reason
+      assert_equal sent, received.size, "an open breaker let a call through"
+
+      mode[0] = :good
+      sleep 0.55 # open_for
+      ramp = Array.new(4) { ask.call }
+      assert_equal :ramping, fan_out.breaker(url).state
+      assert ramp.first.tracked?, "the first call of a ramp step is a probe"
+      assert ramp.any?(&:overflow?), "ramping admitted every call: #{ramp.map(&:kind)}"
+      wait_until(5, "the breaker closed again") { ask.call.tracked? && fan_out.breaker(url).state == :closed }
+      assert Array.new(5) { ask.call }.all?(&:tracked?)
+    ensure
+      fan_out&.close
+      server&.stop
+      thread&.join(5)
+    end
+  end
+
   def test_connections_are_kept_alive
     with_peers do |urls|
       fan_out = Ringpool::FanOut.new
       Weft.run { 5.times { Weft.deadline(2) { fan_out.call({ urls["good"] => items(3) }) } } }
-      assert_equal({ urls["good"] => { "connections_opened" => 1, "requests" => 5 } }, fan_out.statistics)
+      assert_equal({ urls["good"] => { "connections_opened" => 1, "requests" => 5, "breaker" => "closed" } }, fan_out.statistics)
     ensure
       fan_out&.close
     end

@@ -7,9 +7,10 @@ class RingpoolSettingsTest < Minitest::Test
   def test_from_env_reads_the_environment
     settings = Ringpool::Settings.from_env({ "DATABASE_URL" => "postgres://x/y", "RINGPOOL_SOCKET_DIR" => "/run/rp",
                                              "RINGPOOL_DEADLINE_MS" => "80", "RINGPOOL_OWNERSHIP_INTERVAL" => "0.5",
-                                             "RINGPOOL_DB_POOL" => "3" })
+                                             "RINGPOOL_DB_POOL" => "3", "RINGPOOL_BREAKER_OPEN_FOR" => "2" })
     assert_equal ["postgres://x/y", 0.08, 0.5, 3], [settings.database_url, settings.deadline, settings.ownership_interval, settings.db_pool_size]
     assert_equal "unix:///run/rp/shard-2.sock", settings.shard_url(2)
+    assert_equal({ open_for: 2.0, ramp_for: 6.0, minimum_calls: 20 }, settings.breaker)
   end
 
   def test_bad_values_are_argument_errors_naming_the_setting
@@ -19,7 +20,9 @@ class RingpoolSettingsTest < Minitest::Test
       { "RINGPOOL_DEADLINE_MS" => "-5" } => /deadline/,
       { "RINGPOOL_OWNERSHIP_INTERVAL" => "0" } => /ownership_interval/,
       { "RINGPOOL_DB_POOL" => "many" } => /RINGPOOL_DB_POOL/,
-      { "RINGPOOL_DB_POOL" => "0" } => /db_pool_size/
+      { "RINGPOOL_DB_POOL" => "0" } => /db_pool_size/,
+      { "RINGPOOL_BREAKER_OPEN_FOR" => "0" } => /open_for/,
+      { "RINGPOOL_BREAKER_MINIMUM_CALLS" => "x" } => /RINGPOOL_BREAKER_MINIMUM_CALLS/
     }.each do |env, message|
       env = { "DATABASE_URL" => "postgres://x/y" }.merge(env) unless env.empty?
       error = assert_raises(ArgumentError, env.inspect) { Ringpool::Settings.from_env(env) }

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "weft/resilience"
 require_relative "result"
 
 module Ringpool
@@ -11,18 +12,28 @@ module Ringpool
   # `shard_unavailable`; #call itself never raises and never waits past the deadline it runs
   # under (Weft.deadline: the tasks it spawns inherit it).
   #
-  # This is the one class to change for the resilience layer: Weft.scatter (deadline plus
-  # fallback) in place of the spawn/collect below, and a Weft::CircuitBreaker per peer so that
-  # a slow or failing peer is skipped without waiting and let back in gradually.
+  # Each peer has a Weft::CircuitBreaker: a peer that keeps failing or missing the deadline is
+  # not called at all for a while (its items get the overflow number at once, without waiting
+  # for the deadline), then gets a rising share of the calls again (the breaker's ramp).
+  # Breakers are registered as "ringpool peer URL", so Weft's server statistics list them.
+  #
+  # The spawn/collect below is the one place to switch to Weft.scatter (deadline plus fallback
+  # per branch) once the resilience layer has it.
   class FanOut
     PATH = "/shard/allocations"
     # The header that carries the caller's remaining time to the peer, in seconds.
     DEADLINE_HEADER = "ringpool-deadline"
 
+    # A peer's answer that cannot be used: it counts as a failure of the peer.
+    class BadAnswer < StandardError; end
+
+    # @param breaker [Hash] options for each peer's Weft::CircuitBreaker
     # @param client_options [Hash] for each peer's Weft::HTTP::Client
-    def initialize(**client_options)
+    def initialize(breaker: {}, **client_options)
+      @breaker_options = breaker
       @client_options = { connect_timeout: 1, read_timeout: 5, idle_timeout: 30 }.merge(client_options)
       @clients = {}
+      @breakers = {}
     end
 
     # @param groups [Hash{String => Array<Allocator::Item>}] peer URL => the items it owns
@@ -32,12 +43,20 @@ module Ringpool
       asked.to_h { |url, items, task| [url, collect(task, items)] }
     end
 
-    # @return [Hash{String => Hash}] per peer URL: connections opened and requests sent, so far
+    # @return [Hash{String => Hash}] per peer URL: connections opened, requests sent, and the
+    #   state of its breaker
     def statistics
       @clients.to_h do |url, client|
         counts = client.statistics.values.first || {}
-        [url, { "connections_opened" => counts.fetch(:created, 0), "requests" => counts.fetch(:checkouts, 0) }]
+        [url, { "connections_opened" => counts.fetch(:created, 0), "requests" => counts.fetch(:checkouts, 0),
+                "breaker" => @breakers[url]&.state.to_s }]
       end
+    end
+
+    # @param url [String]
+    # @return [Weft::CircuitBreaker] the peer's breaker
+    def breaker(url)
+      @breakers[url] ||= Weft::CircuitBreaker.new("ringpool peer #{url}", **@breaker_options)
     end
 
     # Closes every peer connection.
@@ -50,6 +69,12 @@ module Ringpool
     private
 
     def ask(url, items)
+      breaker(url).call(fallback: ->(_error) { fallback(items) }) { post(url, items) }
+    rescue StandardError
+      fallback(items) # the fallback itself cannot fail; this is for what the breaker lets through
+    end
+
+    def post(url, items)
       body = +'{"items":['
       items.each_with_index do |item, index|
         body << "," unless index.zero?
@@ -59,17 +84,19 @@ module Ringpool
       headers = { "content-type" => "application/json" }
       remaining = Weft.remaining
       headers[DEADLINE_HEADER] = format("%.6f", remaining) if remaining
-      response = client(url).post(PATH, body: body, headers: headers)
-      read(response, items)
-    rescue StandardError
-      fallback(items)
+      read(client(url).post(PATH, body: body, headers: headers), items)
     end
 
-    # A peer's answer, item by item; anything malformed becomes a fallback.
+    # A peer's answer, item by item.
+    # @raise [BadAnswer] when it is not a usable answer at all
     def read(response, items)
-      return fallback(items) unless response.status == 200
-      results = JSON.parse(response.body.force_encoding(Encoding::UTF_8))["results"]
-      return fallback(items) unless results.is_a?(Array) && results.size == items.size
+      raise BadAnswer, "status #{response.status}" unless response.status == 200
+      results = begin
+        JSON.parse(response.body.force_encoding(Encoding::UTF_8))["results"]
+      rescue JSON::ParserError, TypeError, NoMethodError
+        raise BadAnswer, "not a JSON object with results"
+      end
+      raise BadAnswer, "expected #{items.size} results" unless results.is_a?(Array) && results.size == items.size
       items.each_with_index.map do |item, index|
         result = Result.from_h(results[index])
         result && result.ring_pool == item.pool.id ? result : Result.overflow(item.pool, "shard_unavailable")

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "tmpdir"
+require "weft/resilience"
 
 module Ringpool
   # A shard's settings, from keywords or the environment (Settings.from_env). Checked when made:
@@ -11,6 +12,9 @@ module Ringpool
   #   RINGPOOL_DEADLINE_MS           one allocation request, fan-out included (default 50)
   #   RINGPOOL_OWNERSHIP_INTERVAL    seconds between ownership ticks (default 1)
   #   RINGPOOL_DB_POOL               PostgreSQL connections per shard (default 8)
+  #   RINGPOOL_BREAKER_OPEN_FOR      seconds a peer's breaker stays open (default 5)
+  #   RINGPOOL_BREAKER_RAMP_FOR      seconds its ramp back to all traffic takes (default 6)
+  #   RINGPOOL_BREAKER_MINIMUM_CALLS calls judged before it may open (default 20)
   class Settings
     # @return [String]
     attr_reader :database_url
@@ -22,6 +26,8 @@ module Ringpool
     attr_reader :ownership_interval
     # @return [Integer]
     attr_reader :db_pool_size
+    # @return [Hash] options for each peer's Weft::CircuitBreaker (open_for:, ramp_for:, minimum_calls:)
+    attr_reader :breaker
 
     # @param env [Hash] the environment
     # @return [Settings]
@@ -31,7 +37,13 @@ module Ringpool
         socket_dir: env.fetch("RINGPOOL_SOCKET_DIR", File.join(Dir.tmpdir, "ringpool")),
         deadline: number(env, "RINGPOOL_DEADLINE_MS", 50) / 1000.0,
         ownership_interval: number(env, "RINGPOOL_OWNERSHIP_INTERVAL", 1),
-        db_pool_size: Integer(env.fetch("RINGPOOL_DB_POOL", "8"), exception: false) || raise(ArgumentError, "RINGPOOL_DB_POOL must be an integer")
+        db_pool_size: Integer(env.fetch("RINGPOOL_DB_POOL", "8"), exception: false) || raise(ArgumentError, "RINGPOOL_DB_POOL must be an integer"),
+        breaker: {
+          open_for: number(env, "RINGPOOL_BREAKER_OPEN_FOR", 5),
+          ramp_for: number(env, "RINGPOOL_BREAKER_RAMP_FOR", 6),
+          minimum_calls: Integer(env.fetch("RINGPOOL_BREAKER_MINIMUM_CALLS", "20"), exception: false) ||
+            raise(ArgumentError, "RINGPOOL_BREAKER_MINIMUM_CALLS must be an integer")
+        }
       )
     end
 
@@ -42,7 +54,10 @@ module Ringpool
     end
     private_class_method :number
 
-    def initialize(database_url:, socket_dir: File.join(Dir.tmpdir, "ringpool"), deadline: 0.05, ownership_interval: 1.0, db_pool_size: 8)
+    # @raise [ArgumentError] for a missing database URL or a bad value (the breaker options are
+    #   checked by building a breaker with them)
+    def initialize(database_url:, socket_dir: File.join(Dir.tmpdir, "ringpool"), deadline: 0.05, ownership_interval: 1.0,
+                   db_pool_size: 8, breaker: {})
       raise ArgumentError, "DATABASE_URL (database_url) is required" if database_url.nil? || database_url.empty?
       raise ArgumentError, "deadline must be a positive number of seconds" unless positive?(deadline)
       raise ArgumentError, "ownership_interval must be a positive number of seconds" unless positive?(ownership_interval)
@@ -52,6 +67,8 @@ module Ringpool
       @deadline = deadline.to_f
       @ownership_interval = ownership_interval.to_f
       @db_pool_size = db_pool_size
+      Weft::CircuitBreaker.new("ringpool settings check", register: false, **breaker)
+      @breaker = breaker.dup.freeze
       freeze
     end
 

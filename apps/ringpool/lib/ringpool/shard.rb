@@ -30,7 +30,7 @@ module Ringpool
       @store = Store.new(@db)
       @catalog = Catalog.new(@store)
       @allocator = Allocator.new(@store)
-      @fan_out = FanOut.new
+      @fan_out = FanOut.new(breaker: settings.breaker)
       @overflows = OverflowCounter.new
       @ownership = nil
       @url = nil
