@@ -40,7 +40,9 @@ module Ringpool
     rescue Validation::Invalid => e
       error(e.status, e.code, e.message)
     rescue *Allocator::STORAGE_ERRORS => e
-      error(503, "storage_unavailable", "PostgreSQL could not be reached: #{e.class}")
+      # Unreachable, restarting, or the schema not migrated yet (a shard migrates on its first
+      # maintenance tick): try again later.
+      error(503, "storage_unavailable", "PostgreSQL failed: #{e.class}: #{e.message.lines.first.to_s.strip[0, 200]}")
     end
 
     private
