@@ -13,6 +13,7 @@ class RingpoolClusterTest < Minitest::Test
 
   def teardown
     @cluster&.stop
+    @second&.stop
   end
 
   def start_cluster(shards, **options)
@@ -50,6 +51,23 @@ class RingpoolClusterTest < Minitest::Test
     assert_operator opened, :<, requests / 2, "peer connections are not kept alive: #{peers}"
   end
 
+  # Two separate clusters (two ports, two socket folders: what two hosts would be) on one
+  # database split the pools between them, and either one answers for every pool.
+  def test_two_clusters_share_one_database
+    port = start_cluster(2)
+    @second = Ringpool::Test::ProcessCluster.new(database_url: @db, shards: 2).start
+    pools = Array.new(4) { create_pool(port, count: 20, lockout: 3600) }
+    owners = wait_until(10, "pools spread one per shard over both clusters") do
+      owners = pools.map { |pool| api(port, :get, "/ring_pools/#{pool['id']}").last["owner"] }
+      owners.none?(&:nil?) && owners.uniq.size == 4 && owners
+    end
+    assert_equal 2, owners.map { |url| File.dirname(url) }.uniq.size
+    [port, @second.port].each do |entry|
+      answers = allocate(entry, pools.map { |pool| { "ring_pool" => pool["id"] } })
+      assert(answers.none? { |answer| answer["overflow"] }, answers.inspect)
+    end
+  end
+
   # kill -9 of a shard: PostgreSQL ends its lock session, so its pools are free at once; another
   # shard (or its replacement) takes them over within 5 s, rebuilding their state from the
   # table: numbers handed out before the kill stay locked out.
@@ -78,6 +96,9 @@ class RingpoolClusterTest < Minitest::Test
     third = allocate(port, [{ "ring_pool" => pool["id"] }] * 2)
     assert_equal [false, true], third.map { |a| a["overflow"] }, "3 numbers: one before, one after, one more, then exhausted"
     assert_equal "exhausted", third.last["reason"]
+    # Overflow numbers are counted once each, whichever shard took the request.
+    6.times { assert_equal "exhausted", allocate(port, [{ "ring_pool" => pool["id"] }]).first["reason"] }
+    wait_until(5, "7 exhausted overflows counted") { api(port, :get, "/ring_pools/#{pool['id']}").last["overflows"]["exhausted"] == 7 }
   end
 
   # A shard that stops answering (SIGSTOP): its pools' items get the overflow number within the

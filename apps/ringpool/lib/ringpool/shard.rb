@@ -65,7 +65,8 @@ module Ringpool
     end
 
     # Allocates a public request's items: this shard's pools here, the others' through FanOut,
-    # all at once under the configured deadline.
+    # all at once under the configured deadline. The overflow numbers handed out are counted
+    # here, by the shard that answers the client, whoever decided them (peers do not count).
     # @param entries [Array<Validation::Item, Result>] checked items, or their errors
     # @return [Array<Result>] in item order
     def allocate(entries)
@@ -111,7 +112,7 @@ module Ringpool
         results = items.dup
         owned = items.each_index.select { |index| items[index].is_a?(Allocator::Item) }
         @allocator.allocate(owned.map { |index| items[index] }).each_with_index { |result, i| results[owned[i]] = result }
-        results.each { |result| @overflows.count(result) }
+        results
       end
     end
 
