@@ -39,6 +39,29 @@ class RingpoolStorageTest < Minitest::Test
     cluster&.destroy
   end
 
+  # PostgreSQL slower than the deadline: the request is answered at its deadline with overflow
+  # numbers, and the INSERT is not cancelled but left to finish; the numbers it stored stay
+  # locked out (never handed out, never handed out twice), the pool goes on with the others.
+  def test_an_insert_slower_than_the_deadline_answers_overflow_and_finishes_later
+    db = fresh_database
+    with_shard(db, deadline: 0.3) do |port|
+      pool = create_pool(port, count: 4, lockout: 3600)
+      blocker = PG.connect(db)
+      blocker.exec("begin; lock table allocations in exclusive mode")
+      answers = assert_elapsed_under(1.5, "answering past a 0.3 s deadline") do
+        allocate(port, [{ "ring_pool" => pool["id"] }, { "ring_pool" => pool["id"] }])
+      end
+      assert_equal [[true, "storage_unavailable"]] * 2, answers.map { |a| a.values_at("overflow", "reason") }
+      blocker.exec("commit")
+      late = wait_until(5, "the late INSERT") { (rows = sql(db, "select number from allocations")).size == 2 && rows }
+      after = allocate(port, [{ "ring_pool" => pool["id"] }] * 3)
+      assert_equal [false, false, true], after.map { |a| a["overflow"] }
+      assert_empty after.first(2).map { |a| a["number"] } & late.map { |row| row["number"] }, "a number stored late was handed out"
+    ensure
+      blocker&.close
+    end
+  end
+
   # Two allocators that both adopted the same pool (two owners for a moment) allocate at once:
   # the table refuses the overlapping rows, each allocator reloads and picks again, and no
   # number is stored twice within its lockout nor answered as tracked twice.

@@ -110,6 +110,10 @@ module Ringpool
         routes = read_routes(conn)
         mine = routes.select { |_id, owner| owner == @url }.keys
         (@allocator.owned_ids - mine).each { |id| @allocator.release(id) }
+        # Locked but never taken over (its state failed to load): let it go, to be claimed anew.
+        stray = mine - @allocator.owned_ids
+        give_away(conn, stray, routes) unless stray.empty?
+        mine -= stray
         live = [Integer(conn.exec_params(LIVE_SHARDS, [@interval * 3]).getvalue(0, 0)), 1].max
         fair = (@catalog.size + live - 1) / live
         if mine.size > fair
