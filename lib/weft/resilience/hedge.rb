@@ -124,7 +124,6 @@ module Weft
       starts = []
       running = 0
       hedging = true
-      last_error = nil
       launch = lambda do
         starts << Timers.now
         running += 1
@@ -136,7 +135,7 @@ module Weft
         entry = wait ? queue.pop(starts.last + wait - Timers.now) : queue.pop
         unless entry
           # No answer in time: hedge, if the budget allows.
-          @budget.nil? || @budget.withdraw ? launch.call : hedging = false
+          extra_attempt? ? launch.call : hedging = false
           next
         end
         attempt, status, outcome = entry
@@ -147,16 +146,20 @@ module Weft
           return outcome
         end
         raise outcome unless status == :failed && outcome.is_a?(StandardError)
-        last_error = outcome
-        if starts.size < @max && (@budget.nil? || @budget.withdraw)
+        if starts.size < @max && extra_attempt?
           launch.call
         elsif running.zero?
-          raise last_error
+          raise outcome # the last failure: every attempt has failed
         end
       end
     ensure
       queue.cancel(unwind: false)
       queue.drain
+    end
+
+    # @return [Boolean] whether the budget, if any, allows one more attempt (and counts it)
+    def extra_attempt?
+      @budget.nil? || @budget.withdraw
     end
   end
 end
