@@ -29,7 +29,8 @@ module Weft
   #   from retrying together.
   # * **The deadline wins.** When the backoff would end at, past or within 2 ms of the caller's
   #   deadline (Weft.remaining), there is no time for another attempt: the last error is raised
-  #   at once, instead of sleeping into a Weft::DeadlineExceeded.
+  #   at once, instead of sleeping into a Weft::DeadlineExceeded. Should the deadline still
+  #   strike during a backoff (a busy reactor wakes a sleep late), the last error is raised too.
   # * **The budget.** Each call deposits one into the budget; each retry withdraws one, and when
   #   the budget is spent the last error is raised at once. See Weft::RetryBudget.
   # * **What retries.** By default the transient failures of a connection: Weft::TimeoutError
@@ -115,7 +116,7 @@ module Weft
         left = Weft.remaining
         raise if left && delay + DEADLINE_MARGIN >= left
         raise if @budget && !@budget.withdraw
-        sleep delay if delay.positive?
+        raise unless back_off(delay)
         attempt += 1
         retry
       end
@@ -135,6 +136,18 @@ module Weft
     end
 
     private
+
+    # Sleeps `delay` seconds.
+    # @return [Boolean] false if the caller's deadline struck meanwhile (a loaded machine can
+    #   wake a sleep late), so that the caller gets the error that made it retry rather than a
+    #   Weft::DeadlineExceeded that says less
+    def back_off(delay)
+      sleep delay if delay.positive?
+      true
+    rescue DeadlineExceeded
+      raise unless Deadline.current&.expired?
+      false
+    end
 
     def seconds(value, name)
       return value if value.is_a?(Numeric) && value.real? && value.finite? && value >= 0
