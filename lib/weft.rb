@@ -22,6 +22,10 @@ require_relative "weft/mutex_sleep_fix"
 #
 # See docs/core.md for the model and how each stdlib operation behaves.
 module Weft
+  # The shortest limit Weft hands the stdlib's Timeout, which treats 0 as no limit at all.
+  MINIMUM_TIMEOUT = 1e-6
+  private_constant :MINIMUM_TIMEOUT
+
   class << self
     # Where Weft reports what nobody else would see (a task's failure nobody waited for).
     # @return [Logger]
@@ -107,7 +111,9 @@ module Weft
         if scheduler.is_a?(Scheduler) && !Fiber.current.blocking?
           scheduler.timeout_after(mine.remaining, DeadlineExceeded, mine.message) { yield mine }
         else
-          Timeout.timeout(mine.remaining, DeadlineExceeded, mine.message) { yield mine }
+          # The stdlib's Timeout takes 0 to mean "no limit": an expired deadline must still
+          # interrupt the block, as soon as it can.
+          Timeout.timeout([mine.remaining, MINIMUM_TIMEOUT].max, DeadlineExceeded, mine.message) { yield mine }
         end
       ensure
         Deadline.current = outer

@@ -242,6 +242,12 @@ class DeadlineTest < Minitest::Test
     assert_nil Weft.remaining
   end
 
+  def test_outside_a_reactor_an_expired_deadline_still_interrupts_the_block
+    outcome, took = timed { Weft.deadline(0) { sleep 5 } }
+    assert_kind_of Weft::DeadlineExceeded, outcome
+    assert_operator took, :<, 0.3
+  end
+
   def test_a_reactor_started_under_a_deadline_passes_it_to_its_tasks
     outcome, took = timed do
       Weft.deadline(0.1) { Weft.run { Weft.spawn { sleep 5 }.wait } }

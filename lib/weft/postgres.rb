@@ -6,6 +6,7 @@ require_relative "postgres/errors"
 require_relative "postgres/settings"
 require_relative "postgres/connection"
 require_relative "postgres/request"
+require_relative "postgres/background"
 require_relative "postgres/pipeline"
 require_relative "postgres/pool"
 

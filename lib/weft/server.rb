@@ -8,6 +8,7 @@ require_relative "server/idle_pool"
 require_relative "server/statistics"
 require_relative "server/connection"
 require_relative "server/access_log"
+require_relative "server/stall_detector"
 
 module Weft
   # A Rack server with a fiber per request, running on Weft's reactor: whatever the app does
@@ -41,12 +42,18 @@ module Weft
     # @param app [#call] the Rack app
     # @param config [Config, nil] settings; or pass them as keywords (see Config::DEFAULTS)
     # @param listeners [Array<Listener>, nil] already bound sockets (default: bind config's URLs)
-    def initialize(app, config = nil, listeners: nil, worker_index: nil, board: nil, **options)
+    # @param worker_index [Integer, nil] the worker's index in a cluster
+    # @param board [Statistics::Board, nil] where a worker publishes its statistics
+    # @param heartbeat [IO, nil] a pipe to the master, written to while the reactor turns
+    def initialize(app, config = nil, listeners: nil, worker_index: nil, board: nil, heartbeat: nil, **options)
       @app = app
       @config = config || Config.new(options)
       @listeners = listeners || @config.bind_urls.map { |url| Listener.bind(url, backlog: @config[:backlog]) }
       @worker_index = worker_index
       @board = board
+      @heartbeat = heartbeat
+      @stall_detector = StallDetector.new(@config[:stall_threshold], report_after: @config[:worker_timeout] / 2.0,
+                                          name: worker_index && "worker #{worker_index}, pid #{Process.pid}")
       @statistics = Statistics.new(self)
       @access_log = AccessLog.open(@config[:access_log])
       @idle_pool = IdlePool.new { |connection| serve_in_task(connection, :resume) }
@@ -54,8 +61,9 @@ module Weft
       @tasks = {}.compare_by_identity
       @in_flight = 0
       @stopping = false
+      @shutdown_deadline = nil
       @stop_reader, @stop_writer = IO.pipe
-      @capacity_waiter = nil
+      @capacity_waiters = []
       @env_templates = {}.compare_by_identity
       @host_cache = {}
       @multiprocess = !worker_index.nil?
@@ -71,13 +79,21 @@ module Weft
     def run
       Weft.run do
         @idle_pool.start
+        @stall_detector.start
+        worker_tasks = start_worker_tasks
+        # The heartbeat goes on through the graceful stop: a draining worker is alive.
+        heartbeat = @heartbeat && Weft.spawn(name: "weft heartbeat") { beat }
         accepters = @listeners.map { |listener| Weft.spawn(listener, name: "weft accept #{listener.url}") { |l| accept_loop(l) } }
         publisher = @board && Weft.spawn(name: "weft stats publisher") { publish_statistics }
-        worker_tasks = start_worker_tasks
-        wait_for_stop
-        shutdown(accepters + [publisher].compact)
-        # Last, so that requests still draining could rely on what the worker tasks provide.
-        worker_tasks.each(&:cancel)
+        begin
+          wait_for_stop
+          shutdown(accepters + [publisher].compact)
+        ensure
+          # Last, so that requests still draining could rely on what the worker tasks provide.
+          worker_tasks.each(&:cancel)
+          heartbeat&.cancel
+          @stall_detector.stop
+        end
       end
     end
 
@@ -95,9 +111,23 @@ module Weft
       @stopping
     end
 
+    # @return [Float] seconds left, during a graceful stop, for a connection between requests
+    #   to send one more (see Connection#drain): `drain_grace` from when it became idle, within
+    #   the shutdown timeout
+    def drain_remaining(connection)
+      return 0.0 unless @shutdown_deadline
+      remaining = [connection.idle_since + @config[:drain_grace], @shutdown_deadline].min - Timers.now
+      remaining.positive? ? remaining : 0.0
+    end
+
     # @return [Integer] open client connections (parked or busy)
     def open_connections
       @connections.size
+    end
+
+    # @return [Integer] reactor stalls detected (see StallDetector)
+    def reactor_stalls
+      @stall_detector.count
     end
 
     # @return [Array<String>] the URLs the server listens on, with the bound ports
@@ -139,13 +169,15 @@ module Weft
       template
     end
 
-    # @api private: runs the app for one request and writes its response.
+    # @api private: runs the app for one request and writes its response. Whether the
+    # connection stays open is settled when the response head is written (ResponseWriter): a
+    # stop that begins while the app runs still gets `connection: close` into the head.
     # @return [Boolean] whether the connection may carry another request
     def call_app(connection, env, keep_alive)
       @in_flight += 1
       @statistics.request!
       started = Timers.now
-      keep_alive = false if @stopping
+      Thread.current[StallDetector::REQUEST] = env # names the request if it stalls the reactor
       fill_server_name(env, connection.listener)
       env["rack.hijack"] = connection.hijack_proc
       env["rack.response_finished"] = finished = []
@@ -182,6 +214,7 @@ module Weft
       end
       keep_alive && !connection.detached?
     ensure
+      Thread.current[StallDetector::REQUEST] = nil
       @in_flight -= 1
       @statistics.server_error! if status.to_i >= 500
       input = env["rack.input"]
@@ -192,6 +225,14 @@ module Weft
       rescue StandardError => e
         log_error("rack.response_finished callback", e)
       end
+    end
+
+    # @api private: parks a connection between requests in the IdlePool (no fiber). A parked
+    # connection can be reclaimed for a new client at max_connections, so the accept loop,
+    # if it waits for room, gets another look.
+    def park(connection, timeout)
+      @idle_pool.park(connection, timeout)
+      release_capacity
     end
 
     # @api private
@@ -225,17 +266,51 @@ module Weft
     def accept_loop(listener)
       max = @config[:max_connections]
       loop do
-        wait_for_capacity while @connections.size >= max
-        socket = listener.accept_nonblock
-        unless socket
-          listener.socket.wait_readable
+        if @connections.size >= max
+          make_room(listener)
           next
         end
-        @statistics.accepted!
-        connection = Connection.new(self, socket, listener)
-        @connections[connection] = true
-        serve_in_task(connection, :start)
+        socket = accept(listener)
+        if socket
+          admit(socket, listener)
+        else
+          listener.socket.wait_readable
+        end
       end
+    end
+
+    # @return [Socket, nil] an accepted connection, or nil when none is waiting or no file
+    #   descriptor is left. Out of descriptors, an idle connection is closed to free one, or,
+    #   with none idle, accepting pauses briefly (the accept loop must not die of it).
+    def accept(listener)
+      listener.accept_nonblock
+    rescue Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM => e
+      if @idle_pool.reclaim_oldest
+        @statistics.reclaimed!
+      else
+        Weft.logger.warn("accept on #{listener.url}: #{e.message}; pausing 0.1 s")
+        sleep(0.1)
+      end
+      nil
+    end
+
+    def admit(socket, listener)
+      @statistics.accepted!
+      connection = Connection.new(self, socket, listener)
+      @connections[connection] = true
+      serve_in_task(connection, :start)
+    end
+
+    # At a stop, connections the kernel has queued on a listener are taken and served (their
+    # request is answered with `connection: close`) before it is closed: closing would reset
+    # them, and their clients may have sent a request already. Past max_connections too: the
+    # queue is bounded by the backlog, and each holds its connection for one request only.
+    def accept_pending(listener)
+      while (socket = listener.accept_nonblock)
+        admit(socket, listener)
+      end
+    rescue SystemCallError, IOError
+      nil # out of descriptors, or the socket is gone: what is left is reset with it
     end
 
     # Starts a task for a connection. It is not a child of the accepting task, so that
@@ -270,22 +345,37 @@ module Weft
 
     private
 
-    # Back-pressure: at max_connections the accept loop stops accepting (new clients wait in
-    # the kernel's backlog) until a connection closes.
+    # At max_connections: once a new client waits in the listener's backlog, close the
+    # keep-alive connection idle the longest to admit it (as nginx does: an idle connection
+    # costs its client one reconnection, a full server would cost the new client its wait).
+    # With none idle (every connection has a request in progress), back-pressure: new clients
+    # wait in the kernel's backlog until a connection closes or parks.
+    def make_room(listener)
+      listener.socket.wait_readable
+      return if @connections.size < @config[:max_connections] # room was made meanwhile
+      if @idle_pool.reclaim_oldest
+        @statistics.reclaimed!
+      else
+        wait_for_capacity
+      end
+    end
+
     def wait_for_capacity
-      @capacity_waiter = Fiber.current
+      fiber = Fiber.current
+      @capacity_waiters << fiber
       Weft.scheduler.suspend(1, self)
     ensure
-      @capacity_waiter = nil
+      @capacity_waiters.delete(fiber)
     end
 
     def release_capacity
-      waiter = @capacity_waiter
-      Weft.scheduler&.wake(waiter, true, self) if waiter
+      return if @capacity_waiters.empty?
+      scheduler = Weft.scheduler or return
+      @capacity_waiters.each { |fiber| scheduler.wake(fiber, true, self) }
     end
 
-    # The `worker_task` hooks, each in a task of its own in this reactor, spawned before the
-    # accept loops start. They are how an app runs something alongside the server in the same
+    # The `worker_task` hooks, each in a task of its own in this reactor, started before the
+    # accept loops. They are how an app runs something alongside the server in the same
     # process and reactor (a second listener, a heartbeat, a LISTEN loop): code run from
     # `after_worker_boot` runs before the reactor exists, and a thread of its own would have to
     # compete with the reactor for the GVL. A hook's failure is logged at once; the server keeps
@@ -307,13 +397,28 @@ module Weft
       end
     end
 
+    # Graceful stop. Requests in progress finish, their responses saying `connection: close`.
+    # A connection between requests (its last response was written before the stop) that
+    # became idle less than `drain_grace` ago may still send one request, answered the same
+    # way, until that grace is over; then it is closed. A busy keep-alive client sends its next
+    # request at any moment, and closing under it would lose that request with no way for the
+    # client to know whether it was processed. Connections idle for longer are closed at once.
     def shutdown(service_tasks)
+      now = Timers.now
+      grace = @config[:drain_grace]
+      deadline = @shutdown_deadline = now + @config[:shutdown_timeout]
       @stopping = true
       service_tasks.each(&:cancel)
-      @listeners.each(&:close)
+      @listeners.each do |listener|
+        accept_pending(listener)
+        listener.close
+      end
+      # Handed back, a parked connection serves a request that already arrived, or closes.
+      @idle_pool.release { |connection| connection.idle_since + grace <= now }
+      # The others stay parked through their grace (a request wakes them as usual).
+      drained = [now + grace, deadline].min
+      sleep(0.01) until (@tasks.empty? && @idle_pool.size.zero?) || Timers.now >= drained
       @idle_pool.stop
-      @idle_pool.close_all
-      deadline = Timers.now + @config[:shutdown_timeout]
       sleep(0.01) until @tasks.empty? || Timers.now >= deadline
       unless @tasks.empty?
         Weft.logger.warn("shutdown timeout: cancelling #{@tasks.size} request(s) still running")
@@ -321,6 +426,19 @@ module Weft
       end
       @connections.keys.each(&:close)
       @board&.publish(@statistics.snapshot)
+    end
+
+    # Writes a byte to the master's pipe every interval, from a task: it only runs while the
+    # reactor turns, so a worker stuck in a loop stops beating and the master replaces it
+    # (Cluster, worker_timeout). A byte a second at most costs the master nothing.
+    def beat
+      interval = [@config[:worker_timeout] / 4.0, 1.0].min
+      loop do
+        @heartbeat.write_nonblock(".", exception: false)
+        sleep(interval)
+      end
+    rescue IOError, SystemCallError
+      nil # the master is gone; the cluster's master watch stops this worker
     end
 
     def publish_statistics

@@ -77,6 +77,21 @@ class ServerCLITest < Minitest::Test
     assert_equal "weft #{Weft::VERSION}\n", IO.popen([RbConfig.ruby, File.join(ROOT, "exe/weft"), "version"], &:read)
   end
 
+  def test_invalid_timeouts_fail_at_startup_with_one_line
+    output = IO.popen([RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", "--worker-timeout", "0", File.join(FIXTURES, "pid.ru"),
+                       err: %i[child out]], &:read)
+    refute $CHILD_STATUS.success?
+    assert_equal "weft: worker_timeout must be a positive number of seconds, got 0.0", output.lines.first.chomp
+    Dir.mktmpdir do |dir|
+      File.write(File.join(dir, "weft.rb"), "stall_threshold(-1)\n")
+      error = assert_raises(ArgumentError) { Weft::Server::Config.new.load_file(File.join(dir, "weft.rb")) }
+      assert_equal "stall_threshold must be a positive number of seconds, got -1", error.message
+    end
+    error = assert_raises(ArgumentError) { Weft::Server::Config.new(drain_grace: "1") }
+    assert_equal 'drain_grace must be a number of seconds >= 0, got "1"', error.message
+    assert_equal 0, Weft::Server::Config.new(drain_grace: 0)[:drain_grace]
+  end
+
   private
 
   def self_signed(dir)

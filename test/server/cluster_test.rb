@@ -54,6 +54,44 @@ class ServerClusterTest < Minitest::Test
     end
   end
 
+  # Keep-alive clients POSTing in a loop through both restarts: every request sent on a
+  # connection the server had kept alive is answered; a worker that stops says
+  # `connection: close` on its last response, and the client reconnects to another.
+  def test_keep_alive_clients_lose_no_request_across_phased_and_hot_restarts
+    port = free_tcp_port
+    with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port) do |master|
+      before = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
+      counts = under_keep_alive_load(port) do |live|
+        eventually(10, "clients under way") { live[:ok] >= 90 }
+        Process.kill("USR1", master)
+        eventually(30, "all workers replaced by USR1") { (worker_pids(port, tries: 20) & before).empty? }
+        middle = worker_pids(port)
+        Process.kill("USR2", master)
+        eventually(40, "all workers replaced by USR2") do
+          (worker_pids(port, tries: 20) & middle).empty? && worker_pids(port).size == 2
+        end
+      end
+      assert_equal %w[closed ok], counts.keys.map(&:to_s).sort, "restarts: #{counts.inspect}"
+      assert_operator counts[:closed], :>=, 30, "keep-alive clients were moved off the old workers: #{counts.inspect}"
+    end
+  end
+
+  def test_keep_alive_clients_lose_no_request_on_sigterm
+    [0, 2].each do |workers|
+      port = free_tcp_port
+      with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", workers.to_s, port: port) do |master|
+        counts = under_keep_alive_load(port) do |live|
+          eventually(10, "workers=#{workers}: clients under way") { live[:ok] >= 90 }
+          Process.kill("TERM", master)
+          eventually(10, "workers=#{workers}: exit after TERM") { Process.waitpid(master, Process::WNOHANG) }
+        end
+        failures = counts.keys.grep(/kept-alive/)
+        assert_empty failures, "workers=#{workers}: requests lost on kept-alive connections: #{counts.inspect}"
+        assert_operator counts[:closed], :>=, 1, "workers=#{workers}: no response said connection: close: #{counts.inspect}"
+      end
+    end
+  end
+
   def test_sigterm_finishes_in_flight_requests_then_exits
     [0, 2].each do |workers|
       port = free_tcp_port
@@ -64,6 +102,35 @@ class ServerClusterTest < Minitest::Test
         assert_match(/\A\d+\z/, client.value, "workers=#{workers}: in-flight request was cut")
         eventually(10, "workers=#{workers}: exit after TERM") { Process.waitpid(master, Process::WNOHANG) }
         assert_raises(Errno::ECONNREFUSED) { TCPSocket.new("127.0.0.1", port) }
+      end
+    end
+  end
+
+  def test_a_worker_stuck_in_an_endless_loop_is_replaced_after_worker_timeout
+    Dir.mktmpdir do |dir|
+      log = File.join(dir, "weft.log")
+      port = free_tcp_port
+      with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", "--worker-timeout", "2",
+                log: log, port: port) do
+        before = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
+        started = Weft::Timers.now
+        stuck_request = Thread.new do
+          get_body(port, "/spin")
+        rescue StandardError => e
+          e # the worker holding it is killed
+        end
+        # The other worker answers meanwhile.
+        3.times { assert_match(/\A\d+\z/, get_body(port)) }
+        stuck = eventually(8, "the stuck worker killed") { File.read(log)[/worker \d \(pid (\d+)\) unresponsive/, 1]&.to_i }
+        assert_includes before, stuck
+        eventually(5, "the stuck worker gone") { !process_alive?(stuck) }
+        assert_operator Weft::Timers.now - started, :<, 2 + 4, "not replaced within worker_timeout + 4 s"
+        eventually(15, "two workers again, one of them new") { (p = worker_pids(port)).size == 2 && !(p - before).empty? }
+        assert_kind_of StandardError, stuck_request.value
+        text = File.read(log)
+        assert_match(/worker \d \(pid #{stuck}\) unresponsive: its reactor has not turned for [\d.]+s \(worker_timeout 2.0s\)/, text)
+        # Its stall detector said where it was stuck before the master killed it.
+        assert_match(%r{reactor stalled \(worker \d, pid #{stuck}\): GET /spin held it for [\d.]+s so far.*\n\t.*pid\.ru:\d+}, text)
       end
     end
   end
@@ -87,5 +154,38 @@ class ServerClusterTest < Minitest::Test
         eventually(40, "workers replaced by USR2") { (worker_pids(port) & before).empty? && worker_pids(port).size == 2 }
       end
     end
+  end
+
+  # Out of file descriptors, accept fails with EMFILE: the server closes an idle keep-alive
+  # connection to admit the new client, rather than lose its accept loop.
+  def test_out_of_file_descriptors_idle_connections_are_reclaimed
+    port = free_tcp_port
+    with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "0", port: port,
+              spawn: { rlimit_nofile: 64 }) do
+      idle = []
+      60.times do # more than the process has descriptors left
+        socket = connect(port)
+        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        break unless socket.wait_readable(2)
+        read_response(socket)
+        idle << socket
+      end
+      assert_operator idle.size, :>=, 40
+      sleep 0.2 # parked
+      10.times do
+        assert_match(/\A\d+\z/, Timeout.timeout(3) { get_body(port) }, "a new client was not admitted")
+      end
+    ensure
+      idle&.each(&:close)
+    end
+  end
+
+  private
+
+  def process_alive?(pid)
+    Process.kill(0, pid)
+    true
+  rescue Errno::ESRCH
+    false
   end
 end

@@ -65,21 +65,59 @@ class ServerConcurrencyTest < Minitest::Test
     end
   end
 
-  def test_max_connections_applies_back_pressure
-    with_server(->(_env) { [200, {}, ["x"]] }, max_connections: 2) do |server, port|
+  def test_max_connections_applies_back_pressure_while_every_connection_is_busy
+    release = Queue.new
+    app = lambda do |env|
+      release.pop if env["PATH_INFO"] == "/hold"
+      [200, {}, ["x"]]
+    end
+    with_server(app, max_connections: 2) do |server, port|
       held = Array.new(2) do
         socket = connect(port)
-        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        read_response(socket)
+        socket.write("GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
         socket
       end
       waiting = connect(port) # accepted by the kernel, not by the server
       waiting.write("GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
       refute waiting.wait_readable(0.3), "served beyond max_connections"
       assert_equal 2, server.open_connections
-      held.first.close
-      assert waiting.wait_readable(2), "not served after a slot freed up"
+      release << true
+      assert_equal "x", read_response(held.first).body
+      assert waiting.wait_readable(2), "not served after a connection finished its request"
       assert_equal "x", read_response(waiting).body
+      release << true
+      assert_equal "x", read_response(held.last).body
+    end
+  end
+
+  def test_max_connections_reclaims_the_oldest_idle_keep_alive_connection
+    max = 20
+    with_server(->(_env) { [200, {}, ["x"]] }, max_connections: max, stats_path: "/stats", metrics_path: "/metrics") do |server, port|
+      idle = Array.new(max) do
+        socket = connect(port)
+        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_response(socket)
+        socket
+      end
+      deadline = Weft::Timers.now + 3
+      sleep 0.02 until server.idle_pool.size == max || Weft::Timers.now > deadline
+      assert_equal max, server.idle_pool.size, "connections not parked"
+
+      started = Weft::Timers.now
+      client = connect(port)
+      client.write("GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert client.wait_readable(2), "a new client waited at max_connections while #{max} connections sat idle"
+      stats = JSON.parse(read_response(client).body)
+      assert_operator Weft::Timers.now - started, :<, 2
+      assert_equal 1, stats["totals"]["connections_reclaimed"]
+      assert_equal max, stats["workers"][0]["connections_open"]
+      assert closed_by_server?(idle.first, within: 1), "the oldest idle connection was not the one closed"
+      idle.drop(1).each do |socket| # the others are untouched
+        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal "x", read_response(socket).body
+      end
+      client.write("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_match(/^weft_connections_reclaimed_total\{worker="",pid="\d+"\} 1$/, read_response(client).body)
     end
   end
 
@@ -100,6 +138,74 @@ class ServerConcurrencyTest < Minitest::Test
     assert_equal "finished", client.value
     assert runner.join(5), "server did not stop"
     assert_raises(Errno::ECONNREFUSED) { connect(port) }
+  end
+end
+
+# Graceful stop and keep-alive, in process (test/server/cluster_test.rb has the same under
+# signals, with many clients).
+class ServerGracefulStopTest < Minitest::Test
+  include Weft::Test::ServerHelpers
+
+  REQUEST = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+  def test_keep_alive_connections_are_answered_with_connection_close_then_closed
+    started = Queue.new
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/slow"
+        started << true
+        sleep 0.5
+      end
+      [200, {}, ["done"]]
+    end
+    with_server(app, drain_grace: 0.6) do |server, port|
+      long_idle = connect(port) # idle for longer than drain_grace when the stop begins
+      long_idle.write(REQUEST)
+      assert_nil read_response(long_idle)["connection"]
+      sleep 0.7
+      recent = connect(port) # its response came just before the stop: it may send one more
+      recent.write(REQUEST)
+      assert_nil read_response(recent)["connection"]
+      in_flight = connect(port)
+      in_flight.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+      started.pop
+      server.stop
+
+      assert closed_by_server?(long_idle, within: 0.4), "a long idle connection was kept through the stop"
+      sleep 0.1
+      recent.write(REQUEST)
+      response = read_response(recent)
+      assert_equal ["done", "close"], [response.body, response["connection"]]
+      assert closed_by_server?(recent)
+      response = read_response(in_flight) # its head was written after the stop began
+      assert_equal ["done", "close"], [response.body, response["connection"]]
+      assert closed_by_server?(in_flight)
+    end
+  end
+
+  # Connections still in the listener's accept queue when the stop begins (here held back
+  # by max_connections) have sent their requests: they are served, not reset with the socket.
+  def test_connections_queued_in_the_backlog_are_served_at_a_stop
+    started = Queue.new
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/slow"
+        started << true
+        sleep 0.3
+      end
+      [200, {}, ["done"]]
+    end
+    with_server(app, max_connections: 1) do |server, port|
+      busy = connect(port)
+      busy.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+      started.pop
+      queued = Array.new(3) { connect(port).tap { |socket| socket.write(REQUEST) } }
+      refute queued.first.wait_readable(0.1), "served beyond max_connections"
+      server.stop
+      assert_equal "close", read_response(busy)["connection"]
+      queued.each do |socket|
+        response = read_response(socket)
+        assert_equal ["done", "close"], [response.body, response["connection"]]
+      end
+    end
   end
 end
 

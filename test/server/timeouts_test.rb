@@ -54,4 +54,35 @@ class ServerTimeoutsTest < Minitest::Test
       assert_equal 0, server.open_connections
     end
   end
+
+  # The idle timer fires after the reactor's poll, and the poll itself may run fibers for a
+  # while (io-event resumes a fiber waiting on I/O from inside it). A request that arrived on
+  # a parked connection meanwhile is in its socket, not yet seen by the idle pool's watcher:
+  # it must be served, not reset with the connection when the timer fires.
+  def test_a_request_arriving_as_the_idle_timeout_fires_is_served
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/busy" # holds the reactor past the other connection's idle timeout
+        finish = Weft::Timers.now + 0.6
+        nil while Weft::Timers.now < finish
+      end
+      [200, {}, [env["PATH_INFO"]]]
+    end
+    with_server(app, idle_timeout: 0.3, linger: 0) do |server, port|
+      parked = connect(port)
+      parked.write("GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "/first", read_response(parked).body
+      sleep 0.01 until server.idle_pool.size == 1
+      busy = connect(port)
+      # The body's last byte resumes the request's fiber from inside the poll; the app then
+      # holds the reactor for 0.6 s, past the parked connection's idle timeout.
+      busy.write("POST /busy HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n")
+      sleep 0.05
+      busy.write("x")
+      sleep 0.1
+      parked.write("GET /second HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "/busy", read_response(busy).body
+      assert parked.wait_readable(2), "no answer to the request sent before the idle timeout"
+      assert_equal "/second", read_response(parked).body
+    end
+  end
 end

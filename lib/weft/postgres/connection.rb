@@ -73,6 +73,11 @@ module Weft
         @broken = true
       end
 
+      # @return [Boolean] whether it was marked unusable
+      def broken?
+        @broken
+      end
+
       # A cheap check that needs no round trip and never waits: reads whatever the server sent
       # while the connection sat idle (a terminated backend or a server restart leaves an error
       # and end-of-file there) and asks libpq whether the connection is still good.

@@ -1,11 +1,13 @@
 # frozen_string_literal: true
 
 require "io/wait"
-require "timeout"
+require "socket"
 require "pg"
 require_relative "errors"
 require_relative "request"
+require_relative "background"
 require_relative "../timers"
+require_relative "../deadline"
 
 module Weft
   module Postgres
@@ -23,12 +25,28 @@ module Weft
     # next waiter. A connection nobody waits on is not read at all, so a pool never keeps a
     # reactor alive.
     #
+    # A caller that leaves before its statement is settled (its deadline passed, its task was
+    # cancelled) abandons it: the result is thrown away when it arrives, and once the statement
+    # is the one the server executes (the head of the queue) the server is asked to cancel it,
+    # off the caller's path (see #cancel_abandoned). PostgreSQL cancels whatever the connection
+    # runs when the request lands, which may already be the next caller's statement; so every
+    # statement in flight meanwhile is marked exposed, and an exposed statement that comes back
+    # cancelled is sent again instead of failing (its implicit transaction was rolled back, so
+    # it runs once in effect). PostgreSQL drops a cancel request that lands between statements
+    # (it clears a pending cancel before each protocol message), so statements sent after the
+    # request was delivered are safe.
+    #
     # Everything here runs under the pool's lock; the lock is released only while waiting on
     # the socket or on a condition variable.
     class Pipeline
       # Seconds a cancelled statement may take to come back after the server was asked to
       # cancel it; past that the connection is given up.
       CANCEL_GRACE = 2.0
+      # Seconds after which a cancel request that had no effect is sent again: PostgreSQL drops
+      # one that lands between two protocol messages of the statement (Parse, Bind, Execute).
+      CANCEL_REPEAT = 0.5
+      # SQLSTATE query_canceled: a cancel request (or statement_timeout) ended the statement.
+      QUERY_CANCELED = "57014"
       # libpq 17 can mark a sync point without flushing; older libpq flushes with it (which,
       # on a nonblocking connection, never waits).
       SEND_SYNC = PG::Connection.method_defined?(:send_pipeline_sync) ? :send_pipeline_sync : :sync_pipeline_sync
@@ -38,7 +56,8 @@ module Weft
 
       # @param connection [Connection] in pipeline mode
       # @param lock [Thread::Mutex] the pool's lock
-      # @param owner [#pipeline_drained, #slot_freed, #connection_lost] the pool
+      # @param owner [#pipeline_drained, #pipeline_reopened, #slot_freed, #connection_lost, #unlocked]
+      #   the pool
       # @param address [String] the server, for messages
       def initialize(connection, lock, owner, address)
         @connection = connection
@@ -49,7 +68,8 @@ module Weft
         @queue = []    # requests sent and not yet settled, in send order
         @waiters = []  # condition variables of the callers waiting here, in arrival order
         @reader = nil  # the condition variable of the waiter currently reading
-        @fenced = false
+        @cancelling = false # a cancel request is on its way to the server: send nothing new
+        @tidying = false    # a background task is cancelling abandoned statements
         @draining = false
         @flush_scheduled = false
       end
@@ -59,9 +79,9 @@ module Weft
         @queue.size
       end
 
-      # @return [Boolean] no new statements may be sent (a cancellation is settling)
+      # @return [Boolean] no new statements may be sent (a cancel request is on its way)
       def fenced?
-        @fenced
+        @cancelling
       end
 
       # Set by the pool when a caller waits to pin this connection: no new statements are
@@ -100,8 +120,9 @@ module Weft
       end
 
       # Waits for a submitted request and returns its result. If the caller is interrupted
-      # (cancelled, timed out) the request is abandoned: its result is discarded when it
-      # arrives, and if it is the only statement in flight the server is asked to cancel it.
+      # (its deadline passed, it was cancelled or timed out) the request is abandoned: its
+      # result is discarded when it arrives, and the server is asked to cancel it once it is
+      # the statement running, without the caller waiting for that.
       # @return [PG::Result]
       def await(request)
         wait_for(request.condition) { request.settled? }
@@ -110,13 +131,19 @@ module Weft
         abandon(request) unless request.settled?
       end
 
-      # Waits until nothing is in flight (reading results itself if nobody else does).
-      # @return [void]
-      def await_empty
-        wait_for(Thread::ConditionVariable.new) { @queue.empty? }
+      # Waits until nothing is in flight and no cancel request is on its way, so the connection
+      # can leave pipeline mode (reading results itself if nobody else does).
+      # @param deadline [Deadline, nil] when to give up
+      # @return [Boolean] false if the deadline passed first
+      def await_empty(deadline = nil)
+        wait_for(Thread::ConditionVariable.new, deadline) { idle? }
       end
 
       private
+
+      def idle?
+        @queue.empty? && !@cancelling
+      end
 
       # Under Weft, statements submitted during one turn of the reactor go out together: the
       # first schedules a flush for the end of the turn (a timer callback in the loop fiber,
@@ -145,15 +172,22 @@ module Weft
         end
       end
 
-      def wait_for(condition)
+      # Waits until the block is true, reading results meanwhile if nobody else is.
+      # @param deadline [Deadline, nil] when to give up
+      # @return [Boolean] false if the deadline passed first
+      def wait_for(condition, deadline = nil)
         @waiters << condition
         until yield
-          if @reader
-            condition.wait(@lock)
+          return false if deadline&.expired?
+          # With nothing in flight there is nothing to read: a cancel request is under way, and
+          # its end wakes every waiter.
+          if @reader || @queue.empty?
+            condition.wait(@lock, deadline&.remaining)
           else
-            lead(condition) { yield }
+            lead(condition, deadline) { yield }
           end
         end
+        true
       ensure
         @waiters.delete(condition)
         # Pass the reader role on. The waiter a leaving reader signalled may have been settled
@@ -161,33 +195,31 @@ module Weft
         @waiters.first&.signal unless @reader
       end
 
-      # Reads results until the block is true, as the connection's reader.
-      def lead(condition)
+      # Reads results until the block is true (or the deadline passes), as the connection's
+      # reader.
+      def lead(condition, deadline)
         @reader = condition
         until yield
           @flush_scheduled = false
           events = @raw.flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
           settle_ready
-          break if yield
-          wait_socket(events)
+          # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
+          break if yield || @queue.empty? || deadline&.expired?
+          wait_socket(events, deadline&.remaining)
           @raw.consume_input
         end
       rescue PG::Error, IOError, SystemCallError => e
         lost(e)
       ensure
         @reader = nil
+        @owner.connection_lost(self) if @connection.broken? # see #lost
         successor = @waiters.find { |waiter| !waiter.equal?(condition) }
         successor&.signal
       end
 
-      def wait_socket(events)
+      def wait_socket(events, timeout)
         io = @raw.socket_io
-        @lock.unlock
-        begin
-          io.wait(events)
-        ensure
-          @lock.lock
-        end
+        @owner.unlocked { io.wait(events, timeout) }
       end
 
       # Takes every result libpq has complete without waiting and settles finished requests.
@@ -206,7 +238,20 @@ module Weft
         end
       end
 
+      # A request reached its sync point: hand its outcome to its caller (or send it again if a
+      # cancel request meant for another statement ended it), then see to what follows.
       def finish(request)
+        if request.exposed? && !request.abandoned? && cancelled?(request.result)
+          request.result.clear
+          resend(request)
+        else
+          deliver(request)
+          @owner.slot_freed(self)
+        end
+        @queue.empty? ? release_if_idle : cancel_abandoned_head
+      end
+
+      def deliver(request)
         result = request.result
         if request.abandoned?
           result&.clear
@@ -221,8 +266,26 @@ module Weft
             request.settle(e)
           end
         end
-        @owner.slot_freed(self)
-        @owner.pipeline_drained(self) if @queue.empty?
+      end
+
+      def cancelled?(result)
+        !result.nil? && result.result_status == PG::PGRES_FATAL_ERROR &&
+          result.error_field(PG::PG_DIAG_SQLSTATE) == QUERY_CANCELED
+      end
+
+      # Sends a request again at the end of the queue (its caller keeps waiting for it).
+      def resend(request)
+        request.result = nil
+        request.exposed = @cancelling
+        submit(request)
+      rescue PG::Error => e # ConnectionError included: everything in flight failed with it
+        request.settle(e) unless request.settled?
+      end
+
+      # With nothing in flight the connection goes back to the pool, unless a cancel request is
+      # still on its way: it would hit the next user's statement.
+      def release_if_idle
+        @owner.pipeline_drained(self) if idle?
       end
 
       # The connection failed: every request in flight fails (with the server's own error when
@@ -242,7 +305,20 @@ module Weft
           request.settle(server_error || ConnectionError.new(message))
         end
         @waiters.each(&:signal)
-        @owner.connection_lost(self)
+        if @reader
+          # A reader waiting on the socket would never hear of its closing (libpq closes the
+          # descriptor underneath Ruby): shut the socket down so that it wakes; it gives the
+          # connection up as it leaves (#lead).
+          shut_socket
+        else
+          @owner.connection_lost(self)
+        end
+      end
+
+      def shut_socket
+        @raw.socket_io.shutdown(Socket::SHUT_RDWR)
+      rescue PG::Error, IOError, SystemCallError
+        nil # closed already
       end
 
       def lost_message(error)
@@ -250,29 +326,67 @@ module Weft
           "#{error.message.strip} (#{error.class})"
       end
 
-      # Called as an interrupted waiter leaves. Asking the server to cancel "whatever runs now"
-      # is safe only when nothing else is queued behind this statement (otherwise the cancel
-      # could land on the next caller's statement), so then it is done and the pipeline is
-      # fenced until the statement comes back; otherwise the result is just discarded.
+      # Called as an interrupted waiter leaves; the statement stays in the queue until its sync
+      # point comes back.
       def abandon(request)
         request.abandon
-        return unless @queue.size == 1 && @queue.first.equal?(request) && !@fenced
-        @fenced = true
-        begin
-          @lock.unlock
-          begin
-            @raw.cancel
-          ensure
-            @lock.lock
-          end
-          Timeout.timeout(CANCEL_GRACE) { wait_for(request.condition) { request.settled? } }
-        rescue Timeout::Error, PG::Error, IOError, SystemCallError => e
-          lost(e) unless request.settled?
-        ensure
-          @fenced = false
-          @owner.slot_freed(self)
-        end
+        cancel_abandoned_head
       end
+
+      # If the statement at the head of the queue (the one the server runs now) was abandoned,
+      # starts a background task that cancels it on the server, unless one is at work already.
+      def cancel_abandoned_head
+        return if @tidying || !@queue.first&.abandoned?
+        @tidying = true
+        Background.run("weft-postgres cancel") { @lock.synchronize { cancel_abandoned } }
+      end
+
+      # In the background task: while the head is abandoned, has it cancelled. If the server
+      # does not end it within CANCEL_GRACE, the connection is given up.
+      def cancel_abandoned
+        while (head = @queue.first)&.abandoned?
+          next if cancel_until_settled(head)
+
+          lost(Unresponsive.new("a cancelled statement did not end within #{CANCEL_GRACE}s"))
+        end
+      ensure
+        @tidying = false
+      end
+
+      # Asks the server to cancel the statement (again every CANCEL_REPEAT seconds) and reads,
+      # if nobody else does, until it is settled. A statement whose result has arrived ran to
+      # its end: it is not cancelled, only awaited.
+      # @return [Boolean] false if it was not settled within CANCEL_GRACE
+      def cancel_until_settled(head)
+        give_up = Deadline.after(CANCEL_GRACE)
+        until head.settled?
+          return false if give_up.expired?
+          send_cancel(head) if head.result.nil?
+          wait_for(Thread::ConditionVariable.new, Deadline.earliest(Deadline.after(CANCEL_REPEAT), give_up)) do
+            head.settled?
+          end
+        end
+        true
+      end
+
+      # Sends the cancel request with the lock released, and nothing new down this connection
+      # until it is delivered (fenced); everything in flight meanwhile is exposed to it.
+      def send_cancel(target)
+        @cancelling = true
+        @queue.each { |request| request.exposed = true unless request.equal?(target) }
+        begin
+          @owner.unlocked { @raw.cancel } # pg's cancel waits on sockets: the reactor keeps turning
+        ensure
+          @cancelling = false
+        end
+        @owner.pipeline_reopened(self)
+        @waiters.each(&:signal) # a drain waiting for the cancel request to be delivered
+        release_if_idle
+      end
+
+      # The server did not settle a cancelled statement in time.
+      class Unresponsive < Error; end
+      private_constant :Unresponsive
     end
   end
 end

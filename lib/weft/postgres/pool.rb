@@ -1,13 +1,14 @@
 # frozen_string_literal: true
 
-require "timeout"
 require "pg"
 require_relative "errors"
 require_relative "settings"
 require_relative "connection"
 require_relative "pipeline"
 require_relative "request"
+require_relative "background"
 require_relative "../timers"
+require_relative "../deadline"
 
 module Weft
   module Postgres
@@ -28,6 +29,10 @@ module Weft
     # Connections are opened lazily up to `size`, checked for life before reuse, closed past
     # `max_lifetime` or `idle_timeout`, replaced when broken, and never shared across fork.
     # The pool is safe to use from many fibers and from many threads.
+    #
+    # Every wait honours the caller's deadline (Weft.deadline): a checkout waits no longer than
+    # the deadline leaves (then Weft::DeadlineExceeded, not PoolTimeout), and a statement the
+    # deadline interrupts is cancelled on the server off the caller's path (see Background).
     class Pool
       # Statements in flight on one shared connection, at most.
       DEFAULT_PIPELINE_DEPTH = 64
@@ -42,6 +47,16 @@ module Weft
       # What Pool#query refuses: a transaction on a shared connection would swallow the
       # statements of every caller behind it.
       TRANSACTION_START = /\A\s*(?:begin|start\s+transaction)\b/i
+      # Outside a fiber scheduler, a deadline or Timeout reaches a thread as an exception raised
+      # into it by another thread, at whatever it is doing. The pool lets it in only where it is
+      # ready for it, like a fiber scheduler does, so it can never land between taking a
+      # connection and the `ensure` that gives it back, or in the middle of the bookkeeping:
+      # while a connection is taken and under the lock, at waits only;
+      AT_WAITS = { Exception => :on_blocking }.freeze
+      # while the caller's own code or statement runs, anywhere;
+      ANYWHERE = { Exception => :immediate }.freeze
+      # while a connection is given back (bounded by RESET_GRACE on its own), not at all.
+      NOWHERE = { Exception => :never }.freeze
 
       # @return [Integer] the most connections the pool opens
       attr_reader :size
@@ -54,8 +69,8 @@ module Weft
       # @param pipelining [Boolean] share connections for #query in pipeline mode (needs libpq
       #   14 or newer; off otherwise)
       # @param pipeline_depth [Integer] statements in flight per shared connection, at most
-      # @param checkout_timeout [Numeric] seconds to wait for a connection or a pipeline slot
-      #   before raising PoolTimeout
+      # @param checkout_timeout [Numeric, nil] seconds to wait for a connection or a pipeline
+      #   slot before raising PoolTimeout; nil: no limit but the caller's deadline
       # @param connect_timeout [Numeric] seconds to wait for the server when connecting
       # @param statement_timeout [Numeric, nil] seconds; the server cancels longer statements
       # @param max_lifetime [Numeric, nil] seconds after which a connection is closed once free
@@ -69,6 +84,10 @@ module Weft
         raise ArgumentError, "size must be a positive Integer" unless size.is_a?(Integer) && size.positive?
         unless pipeline_depth.is_a?(Integer) && pipeline_depth.positive?
           raise ArgumentError, "pipeline_depth must be a positive Integer"
+        end
+        unless checkout_timeout.nil? || (checkout_timeout.is_a?(Numeric) && checkout_timeout.real? &&
+                                         checkout_timeout.finite? && checkout_timeout.positive?)
+          raise ArgumentError, "checkout_timeout must be a positive, finite number of seconds or nil"
         end
 
         @settings = Settings.new(target, connect_timeout: connect_timeout, statement_timeout: statement_timeout,
@@ -93,22 +112,32 @@ module Weft
       # connection with other callers' statements; otherwise it takes a connection for itself.
       # A fiber's own statements run in the order it issues them.
       #
+      # Under a deadline (Weft.deadline) the statement, and the wait for a connection, last no
+      # longer than it leaves; when it passes, the statement is cancelled on the server (see
+      # docs/postgres.md, "Deadlines").
+      #
       # @param sql [String] one statement; `$1`, `$2`... refer to params
       # @param params [Array] values for the placeholders (nil is NULL; others are sent as text)
       # @return [PG::Result]
       # @raise [PG::Error] the statement's error, for this caller only
-      # @raise [PoolTimeout] when no connection or pipeline slot frees up in time
+      # @raise [PoolTimeout] when no connection or pipeline slot frees up within checkout_timeout
+      # @raise [Weft::DeadlineExceeded] when the caller's deadline passes first
       # @raise [ConnectionError] when the server cannot be reached or the connection is lost
       def query(sql, *params)
         raise ArgumentError, "Pool#query cannot open a transaction; use Pool#transaction" if sql.match?(TRANSACTION_START)
-        unless @pipelining && !pinned
+        Deadline.current&.check!
+        if (connection = pinned)
+          return run_pinned(connection, sql, params)
+        end
+        unless @pipelining
           return with do |conn|
             synchronize { @queries += 1 }
             conn.exec_params(sql, params)
           end
         end
-        if (connection = synchronize { take_unpressed })
-          return run_alone(connection, sql, params)
+        interruptible(AT_WAITS) do
+          connection = synchronize { take_unpressed }
+          return run_alone(connection, sql, params) if connection
         end
 
         request = Request.new(sql, params)
@@ -132,26 +161,31 @@ module Weft
       # and #query and #transaction run on it (so they see the block's session and transaction).
       # @yieldparam conn [PG::Connection]
       # @return the block's value
+      # @raise [PoolTimeout, Weft::DeadlineExceeded] when no connection frees up in time
       def with
         if (connection = pinned)
           return yield connection.raw
         end
 
-        connection = checkout_pinned
-        clean = false
-        Thread.current[@pin_key] = connection # fiber-local
-        begin
-          value = yield connection.raw
-          clean = true
-          value
-        ensure
-          Thread.current[@pin_key] = nil
-          checkin_pinned(connection, clean)
+        Deadline.current&.check!
+        interruptible(AT_WAITS) do
+          connection = checkout_pinned
+          clean = false
+          Thread.current[@pin_key] = connection # fiber-local
+          begin
+            value = interruptible(ANYWHERE) { yield connection.raw }
+            clean = true
+            value
+          ensure
+            Thread.current[@pin_key] = nil
+            interruptible(NOWHERE) { checkin_pinned(connection, clean) }
+          end
         end
       end
 
       # Runs the block in a transaction on a pinned connection: commits when the block returns,
-      # rolls back when it raises or its task is cancelled; the connection stays usable.
+      # rolls back when it raises, its task is cancelled or its deadline passes; the connection
+      # stays usable.
       # @yieldparam conn [PG::Connection]
       # @return the block's value
       # @raise [TransactionRolledBack] when COMMIT found the transaction already failed (an
@@ -160,6 +194,7 @@ module Weft
       # Called inside another #transaction (or a #with block that began one), it joins the
       # enclosing transaction.
       def transaction
+        enclosed = !pinned.nil?
         with do |conn|
           next yield(conn) unless conn.transaction_status == PG::PQTRANS_IDLE
 
@@ -167,7 +202,9 @@ module Weft
           begin
             value = yield conn
           rescue Exception # rubocop:disable Lint/RescueException
-            restore(conn) # roll back now: the caller may rescue and go on using the connection
+            # Inside an enclosing #with the caller may rescue and go on using the connection:
+            # roll back now. Otherwise #with gives the connection back, rolling back as it does.
+            restore(conn) if enclosed
             raise
           end
           if conn.exec("COMMIT").cmd_status == "ROLLBACK"
@@ -236,6 +273,11 @@ module Weft
         @slot_freed.signal if @waiting.positive?
       end
 
+      # @api private: the pipeline takes statements again after a cancel request.
+      def pipeline_reopened(_pipeline)
+        @slot_freed.broadcast if @waiting.positive?
+      end
+
       # @api private: nothing is in flight any more; the connection becomes free.
       def pipeline_drained(pipeline)
         connection = pipeline.connection
@@ -249,6 +291,18 @@ module Weft
         connection = pipeline.connection
         @shared.delete(connection)
         discard(connection)
+      end
+
+      # @api private: runs the block with the lock released (to wait on the network), and takes
+      # the lock back whatever happens: no exception may strike while that waits, or the code
+      # after it would run without the lock.
+      def unlocked
+        @lock.unlock
+        begin
+          yield
+        ensure
+          Thread.handle_interrupt(NOWHERE) { @lock.lock }
+        end
       end
 
       private
@@ -278,11 +332,25 @@ module Weft
         @discarded = 0
       end
 
-      # Takes the lock (after dropping connections inherited across fork) and runs the block.
+      # Takes the lock (after dropping connections inherited across fork) and runs the block,
+      # letting exceptions from other threads in at waits only.
       def synchronize(&block)
+        interruptible(AT_WAITS) { locked(&block) }
+      end
+
+      # #synchronize under whatever the caller lets in (giving a connection back lets in none).
+      def locked(&block)
         after_fork if Process.pid != @pid
         raise PoolClosed, "the pool is closed" if @closed
         @lock.synchronize(&block)
+      end
+
+      # Runs the block with exceptions from other threads let in as `mask` says (see
+      # AT_WAITS). Under a fiber scheduler they arrive at waits already, as fiber raises, which
+      # masks do not hold back; the block just runs.
+      def interruptible(mask, &block)
+        return yield if Fiber.scheduler && !Fiber.current.blocking?
+        Thread.handle_interrupt(mask, &block)
       end
 
       # In a forked child: the parent's connections are the parent's. Drop them without a word
@@ -293,22 +361,12 @@ module Weft
         inherited.each(&:forget_inherited)
       end
 
-      # Runs the block with the lock released (to wait on the network).
-      def unlocked
-        @lock.unlock
-        begin
-          yield
-        ensure
-          @lock.lock
-        end
-      end
-
       # --- Shared use ---------------------------------------------------------------------------
 
       # A pipeline with a free slot: a free connection if there is one, a new one while below
       # size, else the least loaded shared connection; waits when all are full.
       def shared_pipeline
-        deadline = Timers.now + @checkout_timeout
+        deadline = nil
         loop do
           if (connection = take_idle)
             return share(connection)
@@ -318,6 +376,7 @@ module Weft
           pipeline = least_loaded
           return pipeline if pipeline
 
+          deadline ||= checkout_deadline
           wait_for_slot(@slot_freed, deadline)
         end
       end
@@ -337,11 +396,27 @@ module Weft
 
       def run_alone(connection, sql, params)
         clean = false
-        result = connection.raw.exec_params(sql, params)
+        result = interruptible(ANYWHERE) { connection.raw.exec_params(sql, params) }
         clean = true
         result
       ensure
-        checkin_pinned(connection, clean)
+        interruptible(NOWHERE) { checkin_pinned(connection, clean) }
+      end
+
+      # A statement on the connection this fiber pinned. The fiber keeps the connection after
+      # an interruption (it may rescue and go on inside #with), so a statement still running
+      # then is cancelled here, before the error goes on; if that fails, #checkin_pinned sees
+      # to the connection when the pin ends.
+      def run_pinned(connection, sql, params)
+        synchronize { @queries += 1 }
+        connection.raw.exec_params(sql, params)
+      rescue Exception # rubocop:disable Lint/RescueException
+        begin
+          stop_running(connection.raw, Deadline.after(RESET_GRACE))
+        rescue PG::Error, IOError, SystemCallError
+          nil # the caller's own error says more
+        end
+        raise
       end
 
       def share(connection)
@@ -350,6 +425,12 @@ module Weft
         @shared << connection
         @slot_freed.broadcast if @waiting.positive? # room for up to pipeline_depth of them
         connection.pipeline
+      end
+
+      # The deadline a checkout that has to wait runs under: checkout_timeout from now or the
+      # caller's deadline, whichever comes first (nil: neither, wait as long as it takes).
+      def checkout_deadline
+        Deadline.within(@checkout_timeout)
       end
 
       def least_loaded
@@ -389,7 +470,7 @@ module Weft
       # wait for a connection to be handed over. If the emptying connection has nobody reading
       # its results (its callers left), read them here.
       def wait_for_connection
-        deadline = Timers.now + @checkout_timeout
+        deadline = checkout_deadline
         ticket = Ticket.new(Thread::ConditionVariable.new, nil)
         @pin_queue << ticket
         taken = false
@@ -397,12 +478,11 @@ module Weft
           until ticket.connection
             return (taken = open_connection) if room?
 
-            remaining = deadline - Timers.now
-            raise_pool_timeout if remaining <= 0
+            checkout_expired(deadline) if deadline&.expired?
             if (orphan = pipeline_to_drain)
-              drain(orphan, remaining)
+              drain(orphan, deadline)
             else
-              ticket.condition.wait(@lock, remaining)
+              ticket.condition.wait(@lock, deadline&.remaining)
             end
           end
           taken = ticket.connection
@@ -421,16 +501,37 @@ module Weft
         @shared.map(&:pipeline).find { |pipeline| pipeline.draining? && !pipeline.reading? }
       end
 
-      def drain(pipeline, remaining)
-        Timeout.timeout(remaining) { pipeline.await_empty }
-      rescue Timeout::Error
-        raise_pool_timeout
+      # Reads out a draining pipeline whose callers all left, for as long as the deadline allows.
+      def drain(pipeline, deadline)
+        checkout_expired(deadline) unless pipeline.await_empty(deadline)
       end
 
+      # Gives back a pinned connection. A connection given back while its statement still runs
+      # (the caller was interrupted: a deadline, a cancellation) is made usable in the
+      # background, since cancelling on the server takes a round trip to it and the caller
+      # should not wait; one left in a transaction is rolled back here (one quick round trip).
       def checkin_pinned(connection, clean)
-        reusable = clean ? connection.raw.transaction_status == PG::PQTRANS_IDLE : false
-        reusable ||= restore(connection.raw)
-        synchronize do
+        raw = connection.raw
+        if clean && raw.transaction_status == PG::PQTRANS_IDLE
+          give_back(connection, true)
+        elsif raw.transaction_status == PG::PQTRANS_ACTIVE
+          Background.run("weft-postgres cancel") { restore_and_give_back(connection) }
+        else
+          restore_and_give_back(connection)
+        end
+      end
+
+      # The connection goes back to the pool in any case: closed if it could not be restored,
+      # or if restoring it was interrupted (a task cancelled while it cleans up).
+      def restore_and_give_back(connection)
+        reusable = false
+        reusable = restore(connection.raw)
+      ensure
+        give_back(connection, reusable)
+      end
+
+      def give_back(connection, reusable)
+        locked do
           @pinned.delete(connection)
           reusable ? release(connection) : discard(connection)
         end
@@ -439,20 +540,48 @@ module Weft
       end
 
       # Makes a connection given back mid-statement or mid-transaction usable again: cancels
-      # the running statement, reads what is left, rolls back. Bounded by RESET_GRACE.
+      # the running statement, reads what is left, rolls back. The waits are bounded by
+      # RESET_GRACE (the cancel request by connect_timeout).
       # @return [Boolean] whether it worked
       def restore(raw)
         return false if raw.finished? || raw.status != PG::CONNECTION_OK
-        Timeout.timeout(RESET_GRACE) do
-          if raw.transaction_status == PG::PQTRANS_ACTIVE
-            raw.cancel
-            nil while raw.get_result
-          end
-          raw.exec("ROLLBACK") unless raw.transaction_status == PG::PQTRANS_IDLE
+        deadline = Deadline.after(RESET_GRACE)
+        return false unless stop_running(raw, deadline)
+        unless raw.transaction_status == PG::PQTRANS_IDLE
+          raw.send_query("ROLLBACK")
+          return false unless discard_results(raw, deadline)
         end
         raw.transaction_status == PG::PQTRANS_IDLE
-      rescue Timeout::Error, PG::Error, IOError, SystemCallError
+      rescue PG::Error, IOError, SystemCallError
         false
+      end
+
+      # If a statement still runs on the connection, asks the server to cancel it (again every
+      # Pipeline::CANCEL_REPEAT seconds) and reads what it still sends.
+      # @return [Boolean] false if it had not ended by the deadline
+      def stop_running(raw, deadline)
+        while raw.transaction_status == PG::PQTRANS_ACTIVE
+          return false if deadline.expired?
+          raw.cancel # pg's cancel waits on sockets, so the reactor keeps turning
+          discard_results(raw, Deadline.earliest(Deadline.after(Pipeline::CANCEL_REPEAT), deadline))
+        end
+        true
+      end
+
+      # Reads and throws away results until the statement in progress has sent all of them,
+      # waiting on the socket no longer than the deadline allows (no Timeout: an exception
+      # raised from another thread could land outside the code meant to catch it).
+      # @return [Boolean] false if the deadline passed first
+      def discard_results(raw, deadline)
+        loop do
+          raw.consume_input
+          until raw.is_busy
+            result = raw.get_result or return true # not busy: returns at once
+            result.clear
+          end
+          return false if deadline.expired?
+          raw.socket_io.wait_readable(deadline.remaining)
+        end
       end
 
       # --- Connections --------------------------------------------------------------------------
@@ -529,17 +658,21 @@ module Weft
       end
 
       def wait_for_slot(condition, deadline)
-        remaining = deadline - Timers.now
-        raise_pool_timeout if remaining <= 0
+        checkout_expired(deadline) if deadline&.expired?
         @waiting += 1
         begin
-          condition.wait(@lock, remaining)
+          condition.wait(@lock, deadline&.remaining)
         ensure
           @waiting -= 1
         end
       end
 
-      def raise_pool_timeout
+      # A checkout ran out of time: the caller's deadline (DeadlineExceeded, as everywhere
+      # else under it) or the pool's checkout_timeout (PoolTimeout).
+      def checkout_expired(deadline)
+        ambient = Deadline.current
+        raise DeadlineExceeded, ambient.message if ambient && ambient.at <= deadline.at
+
         raise PoolTimeout, "no PostgreSQL connection free within #{@checkout_timeout}s " \
                            "(pool size #{@size}, #{@pinned.size} pinned, #{@shared.size} shared, " \
                            "#{@waiting} waiting)"

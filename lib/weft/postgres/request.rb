@@ -18,6 +18,10 @@ module Weft
       attr_accessor :sent_at
       # @return [PG::Result, nil] the statement's result as it arrives, before its sync point
       attr_accessor :result
+      # @return [Boolean] whether it was in flight while a cancel request meant for another
+      #   statement was on its way to the server (so a cancellation it meets may not be its own)
+      attr_accessor :exposed
+      alias exposed? exposed
 
       def initialize(sql, params)
         @sql = sql
@@ -25,6 +29,7 @@ module Weft
         @condition = Thread::ConditionVariable.new
         @sent_at = nil
         @result = nil
+        @exposed = false
         @settled = false
         @error = nil
         @abandoned = false

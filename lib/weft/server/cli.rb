@@ -72,6 +72,13 @@ module Weft
           opts.on("--max-connections N", Integer, "open connections per process") { |v| cli[:max_connections] = v }
           opts.on("--idle-timeout SEC", Float, "keep-alive idle timeout") { |v| cli[:idle_timeout] = v }
           opts.on("--shutdown-timeout SEC", Float, "graceful stop limit") { |v| cli[:shutdown_timeout] = v }
+          opts.on("--drain-grace SEC", Float, "graceful stop: idle keep-alive connections may send one more request this long") do |v|
+            cli[:drain_grace] = v
+          end
+          opts.on("--worker-timeout SEC", Float, "replace a worker whose reactor has not turned this long (default 60)") do |v|
+            cli[:worker_timeout] = v
+          end
+          opts.on("--stall-threshold SEC", Float, "log code that holds the reactor this long (default 1)") { |v| cli[:stall_threshold] = v }
           opts.on("--pidfile PATH") { |v| cli[:pidfile] = v }
           opts.on("--tag NAME", "shown in worker process titles") { |v| cli[:tag] = v }
           opts.on("-q", "--quiet") { cli[:quiet] = true }

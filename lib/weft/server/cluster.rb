@@ -18,10 +18,19 @@ module Weft
     # All workers accept from the same inherited sockets, so the kernel's accept queue holds
     # new connections through any restart and none is refused (docs/server.md has the why and
     # the measurements). The master itself runs no reactor: a plain select loop over a
-    # self-pipe fed by the signal handlers and the workers' "booted" pipes.
+    # self-pipe fed by the signal handlers and a pipe from each worker.
+    #
+    # A worker's pipe carries its pid once it has booted, then a heartbeat byte at least once a
+    # second, written by a task of the worker's reactor (Server#beat). A worker whose reactor is
+    # stuck (a request in an endless loop) stops beating, and after `worker_timeout` seconds the
+    # master kills and replaces it. A pipe rather than a timestamp in shared memory or a file's
+    # mtime: Ruby has no shared memory without a C extension; a file would be polled with stat
+    # and, named by worker index, shared by an old worker and its replacement during a phased
+    # restart; a pipe belongs to one process, wakes the master's select when it beats, and
+    # tells it at EOF that the worker is gone.
     class Cluster
       # One worker process as the master sees it.
-      Worker = Struct.new(:index, :pid, :generation, :booted, :ready_reader, :started_at, :stopping)
+      Worker = Struct.new(:index, :pid, :generation, :booted, :pipe, :started_at, :stopping, :last_beat, :killed)
 
       # Environment variables carried across a hot restart.
       LISTEN_FDS = "WEFT_LISTEN_FDS"
@@ -92,18 +101,19 @@ module Weft
 
       # One turn of the master loop.
       def supervise
-        readers = [@signal_reader] + @workers.filter_map { |worker| worker.ready_reader unless worker.booted }
+        readers = [@signal_reader] + @workers.filter_map(&:pipe)
         ready, = IO.select(readers, nil, nil, 1)
         ready&.each do |io|
           if io.equal?(@signal_reader)
             io.read_nonblock(1024, exception: false)
           else
-            worker_booted(io)
+            worker_message(io)
           end
         end
         handle_signal(@signals.shift) until @signals.empty?
         reap
         check_boot_timeouts
+        check_worker_timeouts
         advance_phased_restart
         stop_old_master_workers
         maintain_count unless @stopping
@@ -131,17 +141,18 @@ module Weft
         pid = fork { run_worker(index, writer, reader, master) }
         writer.close
         @last_spawn[index] = Timers.now
-        worker = Worker.new(index, pid, generation, false, reader, Timers.now, false)
+        worker = Worker.new(index, pid, generation, false, reader, Timers.now, false, nil, false)
         @workers << worker
         worker
       end
 
-      # The body of a worker process. Never returns.
-      def run_worker(index, ready_writer, ready_reader, master)
-        ready_reader.close
+      # The body of a worker process. Never returns. `pipe` carries the boot message and the
+      # heartbeat to the master.
+      def run_worker(index, pipe, master_end, master)
+        master_end.close
         @signal_reader.close
         @signal_writer.close
-        @workers.each { |worker| worker.ready_reader&.close }
+        @workers.each { |worker| worker.pipe&.close }
         # The master's signals mean nothing to a worker; a stray USR1/USR2/TTIN sent to the
         # whole process group must not kill (or, for TTIN, suspend) it.
         SIGNALS.each { |name| Signal.trap(name, %w[USR1 USR2 TTIN TTOU].include?(name) ? "IGNORE" : "DEFAULT") }
@@ -151,11 +162,10 @@ module Weft
           app = @app || @loader.call
           @config.run_hooks(:after_worker_boot, index)
           board = Statistics::Board.new(@board_dir, index)
-          server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board)
+          server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board, heartbeat: pipe)
           %w[TERM INT QUIT].each { |name| Signal.trap(name) { server.stop } }
           watch_master(master, server)
-          ready_writer.write("#{Process.pid}\n")
-          ready_writer.close
+          pipe.write("#{Process.pid}\n")
           server.run
           @config.run_hooks(:before_worker_shutdown, index)
         rescue Exception => e # rubocop:disable Lint/RescueException
@@ -184,16 +194,21 @@ module Weft
         end
       end
 
-      def worker_booted(reader)
-        worker = @workers.find { |candidate| candidate.ready_reader.equal?(reader) }
-        line = reader.read_nonblock(64, exception: false)
-        return unless worker
-        reader.close
-        worker.ready_reader = nil
-        if line.is_a?(String)
-          worker.booted = true
-          @log.info("worker #{worker.index} (pid #{worker.pid}) booted")
+      # A worker wrote to its pipe (its boot message, heartbeats) or closed it (exited).
+      def worker_message(pipe)
+        worker = @workers.find { |candidate| candidate.pipe.equal?(pipe) }
+        data = pipe.read_nonblock(4096, exception: false)
+        return if data == :wait_readable
+        if data.nil?
+          pipe.close
+          worker.pipe = nil if worker
+          return
         end
+        return unless worker
+        worker.last_beat = Timers.now
+        return if worker.booted || !data.include?("\n")
+        worker.booted = true
+        @log.info("worker #{worker.index} (pid #{worker.pid}) booted")
       end
 
       def reap
@@ -204,7 +219,7 @@ module Weft
           worker = @workers.find { |candidate| candidate.pid == pid }
           next unless worker
           @workers.delete(worker)
-          worker.ready_reader&.close
+          worker.pipe&.close
           unless worker.stopping || @stopping
             @log.warn("worker #{worker.index} (pid #{pid}) died: #{status.inspect}; replacing it")
           end
@@ -228,11 +243,29 @@ module Weft
       def check_boot_timeouts
         limit = @config[:worker_boot_timeout]
         @workers.each do |worker|
-          next if worker.booted || worker.stopping || Timers.now - worker.started_at < limit
-          @log.error("worker #{worker.index} (pid #{worker.pid}) did not boot in #{limit}s; killing it")
-          kill(worker.pid, "KILL")
-          worker.stopping = true
+          next if worker.booted || worker.killed || Timers.now - worker.started_at < limit
+          kill_worker(worker, "did not boot in #{limit}s")
         end
+      end
+
+      # A booted worker that has not beaten for worker_timeout seconds has a stuck reactor
+      # (its stall detector has logged where, after half that time): SIGKILL, since a stuck
+      # reactor cannot run a graceful stop; the slot is refilled by #maintain_count.
+      def check_worker_timeouts
+        limit = @config[:worker_timeout]
+        now = Timers.now
+        @workers.each do |worker|
+          next unless worker.booted && !worker.killed && now - worker.last_beat > limit
+          kill_worker(worker, "unresponsive: its reactor has not turned for #{format('%.1f', now - worker.last_beat)}s " \
+                              "(worker_timeout #{limit}s)")
+        end
+      end
+
+      def kill_worker(worker, reason)
+        @log.error("worker #{worker.index} (pid #{worker.pid}) #{reason}; killing it#{' and starting a replacement' unless @stopping}")
+        kill(worker.pid, "KILL")
+        worker.killed = true
+        worker.stopping = true
       end
 
       def stop_worker(worker)

@@ -33,7 +33,10 @@ module Weft
         idle_timeout: 20,          # keep-alive connection with no request in progress
         write_timeout: 30,         # at most this long waiting for the client to take any output
         shutdown_timeout: 30,      # graceful stop: in-flight requests get this long
+        drain_grace: 1,            # graceful stop: a connection idle for less may send one more request
         worker_boot_timeout: 60,   # a worker that does not report booting is replaced
+        worker_timeout: 60,        # a worker whose reactor has not turned for this long is replaced
+        stall_threshold: 1,        # code holding the reactor this long is logged with its backtrace
         max_request_line: 8192,
         max_header_bytes: 65_536,
         max_headers: 100,
@@ -55,6 +58,14 @@ module Weft
 
       HOOKS = %i[before_fork after_worker_boot before_worker_shutdown on_restart worker_task].freeze
 
+      # Settings checked as they are set, so that a bad value fails at startup in one line:
+      # name => [test, what it must be].
+      CHECKS = {
+        drain_grace: [->(v) { v.is_a?(Numeric) && v >= 0 }, "a number of seconds >= 0"],
+        worker_timeout: [->(v) { v.is_a?(Numeric) && v.positive? }, "a positive number of seconds"],
+        stall_threshold: [->(v) { v.is_a?(Numeric) && v.positive? }, "a positive number of seconds"]
+      }.freeze
+
       attr_reader :options
 
       # @param options [Hash] settings overriding the defaults
@@ -75,11 +86,10 @@ module Weft
       def merge!(options)
         options.each do |key, value|
           key = key.to_sym
-          raise ArgumentError, "unknown server option #{key.inspect}" unless DEFAULTS.key?(key)
           if HOOKS.include?(key) || key == :binds
             @options[key].concat(Array(value))
           else
-            @options[key] = value
+            self[key] = value
           end
         end
         self
@@ -91,6 +101,8 @@ module Weft
 
       def []=(key, value)
         raise ArgumentError, "unknown server option #{key.inspect}" unless DEFAULTS.key?(key)
+        test, expected = CHECKS[key]
+        raise ArgumentError, "#{key} must be #{expected}, got #{value.inspect}" if test && !test.call(value)
         @options[key] = value
       end
 

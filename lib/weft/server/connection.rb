@@ -33,6 +33,9 @@ module Weft
       attr_reader :server
       # @return [Listener]
       attr_reader :listener
+      # @return [Float] when (Timers.now) the connection last became idle: accepted, or its last
+      #   response written
+      attr_reader :idle_since
 
       # @param server [Server]
       # @param socket [Socket] the accepted socket
@@ -50,6 +53,7 @@ module Weft
         @closed = false
         @detached = false
         @handshaken = !listener.ssl?
+        @idle_since = Timers.now
       end
 
       def inspect
@@ -92,6 +96,19 @@ module Weft
       # its timeout: keep-alive connections are simply closed (RFC 9112 §9.5). Must not block.
       def idle_expired
         close
+      end
+
+      # Whether request bytes are waiting in the socket: a parked connection must be served
+      # rather than closed when they are, or the client, which sent its request on a connection
+      # still open, sees it reset and cannot tell whether the request was processed. One
+      # non-blocking recv(MSG_PEEK): it never blocks and consumes nothing.
+      # @return [Boolean]
+      def pending_input?
+        return false if @closed
+        data = @socket.recv_nonblock(1, Socket::MSG_PEEK, exception: false)
+        data.is_a?(String) && !data.empty? # "" (or nil) is the client's end of stream
+      rescue IOError, SystemCallError
+        false
       end
 
       # Closes the socket (idempotent, never raises, never blocks).
@@ -179,6 +196,7 @@ module Weft
           keep_alive = serve_one
           return if @detached # hijacked: the socket is the app's now
           return close unless keep_alive
+          @idle_since = Timers.now
           next unless @buffer.empty? # pipelined requests are answered in order
           return unless read_available(@server.config[:idle_timeout], speculative: false)
         end
@@ -200,17 +218,33 @@ module Weft
       # `speculative` tries a read before waiting: right for a new or just-woken connection, and
       # for TLS (decrypted bytes may be buffered). Just after a response the next request has
       # almost never arrived yet, so the read would only cost an EAGAIN syscall.
+      #
+      # During a graceful stop the connection is not parked: it waits in its fiber for the rest
+      # of its drain grace, and is closed if no request came by then (see #drain).
       def read_available(park_timeout, speculative: true)
         return true unless @buffer.empty?
         return true if (speculative || !@io.equal?(@socket)) && fill_now
+        return drain if @server.stopping?
         linger = @server.config[:linger]
-        return true if linger&.positive? && !@server.stopping? && @socket.wait_readable(linger) && fill_now
+        return true if linger&.positive? && @socket.wait_readable(linger) && fill_now
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
-        if @server.stopping?
-          close
-        else
-          @server.idle_pool.park(self, park_timeout)
-        end
+        return drain if @server.stopping? # the stop began while this connection lingered
+        @server.park(self, park_timeout)
+        false
+      end
+
+      # Between requests during a graceful stop. The last response did not say
+      # `connection: close` (it was written before the stop began), so the client may send
+      # another request at any moment; closing at once would race with it, and a request that
+      # meets a closed connection is lost without the client knowing whether it was processed.
+      # So a connection idle for less than `drain_grace` waits for the rest of it (a request is
+      # answered with `connection: close`), then closes: a client quiet for that long is idle.
+      # @return [Boolean] whether a request arrived
+      def drain
+        remaining = @server.drain_remaining(self)
+        @socket.wait_readable(remaining) if remaining.positive?
+        return true if fill_now
+        close
         false
       end
 

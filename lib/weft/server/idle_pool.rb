@@ -18,8 +18,9 @@ module Weft
     # readability: correct, but it holds a fiber (see docs/server.md).
     class IdlePool
       # What the pool needs of a parked connection: #to_io (the socket to watch),
-      # #registered_with_epoll(=), #resume (in a task, once readable), #idle_expired (from the
-      # loop fiber when its timer fires; must not block) and #close.
+      # #registered_with_epoll(=), #resume (in a task, once readable), #pending_input? (whether
+      # bytes arrived; must not block), #idle_expired (from the loop fiber when its timer fires;
+      # must not block) and #close.
       #
       # @return [Boolean] whether epoll can be used here
       def self.epoll?
@@ -68,30 +69,70 @@ module Weft
         end
       end
 
-      # Stops the watcher task.
+      # Closes the connection parked longest, to make room for a new one (max_connections).
+      # A parked connection whose next request arrived meanwhile is not idle: it is handed back
+      # (on_ready) to be served, and the next oldest is tried.
+      # @return [Boolean] whether a connection was closed
+      def reclaim_oldest
+        loop do
+          connection = oldest or return false
+          take(connection)
+          if connection.pending_input?
+            @on_ready.call(connection)
+          else
+            connection.close
+            return true
+          end
+        end
+      end
+
+      # Hands back (on_ready) every parked connection for which the block is true, to serve a
+      # request that already arrived or to close. Closing them here instead would reset a
+      # connection whose request is in the socket buffer but not yet seen by the watcher.
+      def release
+        selected = []
+        if @epoll
+          @parked.each_value { |connection, _| selected << connection if yield(connection) }
+        else
+          @fallback.each_key { |connection| selected << connection if yield(connection) }
+        end
+        selected.each { |connection| @on_ready.call(take(connection)) }
+      end
+
+      # Stops watching (graceful stop): every parked connection is handed back (#release).
       def stop
         @watcher&.cancel
         @watcher = nil
-      end
-
-      # Closes every parked connection (server shutdown).
-      def close_all
-        @parked.each_value do |connection, timer|
-          timer.cancel
-          connection.close
-        end
-        @parked.clear
-        @fallback.each do |connection, (timer, task)|
-          timer.cancel
-          task.cancel
-          connection.close
-        end
-        @fallback.clear
-        @size = 0
+        release { true }
         @epoll&.close
       end
 
       private
+
+      # @return [Object, nil] the connection parked longest (Hashes keep insertion order, and a
+      #   connection is re-inserted each time it parks)
+      def oldest
+        if @epoll
+          entry = @parked.first
+          entry && entry[1][0]
+        else
+          @fallback.first&.first
+        end
+      end
+
+      # Removes a parked connection from the pool (its timer and fallback task cancelled).
+      # @return [Object] the connection
+      def take(connection)
+        if @epoll
+          _, timer = @parked.delete(connection.to_io.fileno)
+        else
+          timer, task = @fallback.delete(connection)
+          task.cancel
+        end
+        timer.cancel
+        @size -= 1
+        connection
+      end
 
       def watch
         io = @epoll.io
@@ -100,7 +141,7 @@ module Weft
           @epoll.ready_fds.each { |fd| wake(fd) }
         end
       rescue IOError
-        nil # closed by #close_all while the cancellation was on its way
+        nil # closed by #stop while the cancellation was on its way
       end
 
       def wake(fd)
@@ -119,15 +160,19 @@ module Weft
         connection.resume
       end
 
+      # The idle timer fired (in the loop fiber). Timers fire after the reactor's poll, and the
+      # poll may have run fibers for a while (io-event resumes fibers waiting on I/O from
+      # inside it): a request that arrived meanwhile is in the socket, not yet seen by the
+      # watcher. Such a connection stays parked: its readiness is pending, so the watcher (or
+      # its fallback task) hands it over on the next turn, instead of it being reset here.
       def expire(fd, connection)
         if @epoll
-          return unless @parked.delete(fd)
+          return unless @parked[fd]
         else
-          _, task = @fallback.delete(connection)
-          return unless task
-          task.cancel
+          return unless @fallback[connection]
         end
-        @size -= 1
+        return if connection.pending_input?
+        take(connection)
         connection.idle_expired
       end
 

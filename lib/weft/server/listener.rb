@@ -99,12 +99,21 @@ module Weft
         "#{@uri.scheme}://#{host}:#{@port}"
       end
 
-      # @return [Array(Socket, Addrinfo), nil] an accepted connection, or nil if none is waiting
+      # @return [Socket, nil] an accepted connection, or nil if none is waiting (or the one that
+      #   was gave up first: that must not end the accept loop)
+      # @raise [SystemCallError] out of file descriptors or memory (EMFILE, ENFILE, ENOBUFS...)
       def accept_nonblock
         socket, = @socket.accept_nonblock(exception: false)
         return nil if socket == :wait_readable
-        socket.setsockopt(:TCP, :NODELAY, true) unless @unix
+        begin
+          socket.setsockopt(:TCP, :NODELAY, true) unless @unix
+        rescue SystemCallError # reset by the client already
+          socket.close
+          return nil
+        end
         socket
+      rescue Errno::ECONNABORTED, Errno::EPROTO
+        nil
       end
 
       # @return [String] REMOTE_ADDR for an accepted socket

@@ -34,7 +34,8 @@ module Weft
 
       module_function
 
-      # @return [Boolean] whether the connection can stay open
+      # @param keep_alive [Boolean] whether the request allows the connection to stay open
+      # @return [Boolean] whether the connection can stay open (what the head said)
       def write(connection, env, status, headers, body, keep_alive)
         status = Integer(status) rescue raise(InvalidResponse, "invalid status #{status.inspect}") # rubocop:disable Style/RescueModifier
         raise InvalidResponse, "invalid status #{status}" unless status.between?(100, 999)
@@ -102,6 +103,9 @@ module Weft
         chunked = !bodyless && length.nil? && !http10 && !head_request && !app_chunked
         # Without a length or chunking, only closing the connection ends the body.
         keep_alive = false if !bodyless && length.nil? && http10 && !head_request
+        # Settled now, as the head is written, not when the request arrived: a server that began
+        # stopping meanwhile must say so, since it closes the connection after this response.
+        keep_alive = false if connection.server.stopping?
         head << CHUNKED if chunked
 
         if !keep_alive

@@ -10,7 +10,7 @@ module Weft
     # In cluster mode each worker writes its snapshot to a file in the control directory about
     # once a second (Statistics::Board); the stats endpoint of any worker then shows them all.
     class Statistics
-      COUNTERS = %i[requests responses_5xx client_errors parse_errors connections_accepted].freeze
+      COUNTERS = %i[requests responses_5xx client_errors parse_errors connections_accepted connections_reclaimed].freeze
 
       attr_reader(*COUNTERS)
 
@@ -42,6 +42,11 @@ module Weft
         @connections_accepted += 1
       end
 
+      # An idle keep-alive connection closed to admit a new one at max_connections.
+      def reclaimed!
+        @connections_reclaimed += 1
+      end
+
       # @return [Hash] this process's numbers
       def snapshot
         scheduler = Weft.scheduler&.statistics || {}
@@ -55,12 +60,14 @@ module Weft
           connections_open: @server.open_connections,
           connections_idle: @server.idle_pool.size,
           connections_accepted: @connections_accepted,
+          connections_reclaimed: @connections_reclaimed,
           responses_5xx: @responses_5xx,
           client_errors: @client_errors,
           parse_errors: @parse_errors,
           fibers: scheduler[:tasks],
           reactor_lag: scheduler[:lag]&.round(6),
           reactor_max_lag: scheduler[:max_lag]&.round(6),
+          reactor_stalls: @server.reactor_stalls,
           rss_bytes: Statistics.rss,
           **Statistics.circuit_breakers
         }
@@ -95,8 +102,8 @@ module Weft
       def to_json(*)
         workers = all
         totals = {}
-        %i[requests in_flight connections_open connections_idle connections_accepted responses_5xx
-           client_errors parse_errors fibers].each do |key|
+        %i[requests in_flight connections_open connections_idle connections_accepted connections_reclaimed
+           responses_5xx client_errors parse_errors fibers reactor_stalls].each do |key|
           totals[key] = workers.sum { |worker| worker[key].to_i }
         end
         JSON.generate({ totals: totals, workers: workers })
@@ -111,12 +118,15 @@ module Weft
           connections_open: ["gauge", "weft_connections_open", "Open client connections"],
           connections_idle: ["gauge", "weft_connections_idle", "Keep-alive connections parked without a fiber"],
           connections_accepted: ["counter", "weft_connections_accepted_total", "Connections accepted"],
+          connections_reclaimed: ["counter", "weft_connections_reclaimed_total",
+                                  "Idle keep-alive connections closed to admit new ones at max_connections"],
           responses_5xx: ["counter", "weft_responses_5xx_total", "Responses with a 5xx status"],
           client_errors: ["counter", "weft_client_errors_total", "Requests refused for bad input or timeouts"],
           parse_errors: ["counter", "weft_parse_errors_total", "Malformed requests"],
           fibers: ["gauge", "weft_fibers", "Live reactor tasks"],
           reactor_lag: ["gauge", "weft_reactor_lag_seconds", "Last reactor turn's busy time"],
           reactor_max_lag: ["gauge", "weft_reactor_max_lag_seconds", "Longest reactor turn"],
+          reactor_stalls: ["counter", "weft_reactor_stalls_total", "Times one piece of code held the reactor past stall_threshold"],
           rss_bytes: ["gauge", "weft_process_resident_memory_bytes", "Resident set size"]
         }
         workers = all

@@ -11,10 +11,10 @@ module Weft
       FIXTURES = File.expand_path("../fixtures", __dir__)
 
       # Starts `weft serve ARGS`, waits until `port` answers, yields the pid, and makes sure the
-      # process is gone afterwards.
-      def with_weft(*args, port:, log: File::NULL, env: {})
+      # process is gone afterwards. `spawn` adds Process.spawn options (e.g. rlimit_nofile:).
+      def with_weft(*args, port:, log: File::NULL, env: {}, spawn: {})
         pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", *args,
-                            chdir: ROOT, out: log, err: log, pgroup: true)
+                            chdir: ROOT, out: log, err: log, pgroup: true, **spawn)
         wait_for_port(port, pid)
         yield pid
       ensure
@@ -89,6 +89,61 @@ module Weft
         yield
         stop = true
         loader.join
+        counts
+      end
+
+      # Runs `clients` keep-alive clients in threads while the block runs, each POSTing to
+      # `path` in a loop on its connection and reconnecting only after a response that said
+      # `connection: close`. The default path takes 20 ms, so that most clients have a request
+      # in flight at any moment (as on a loaded server). The block gets the live counts. A request that fails on a connection whose previous response did
+      # not say close is counted as "kept-alive <error>": the server broke its keep-alive
+      # promise, and the client cannot know whether its POST was processed.
+      # @return [Hash] :ok, :closed (responses with connection: close), "refused" (connect
+      #   failed: nothing was sent) and failures, by "kept-alive ..." / "fresh ..." and class
+      def under_keep_alive_load(port, clients: 30, path: "/sleep?s=0.02")
+        counts = Hash.new(0)
+        lock = Mutex.new
+        count = ->(key) { lock.synchronize { counts[key] += 1 } }
+        stop = false
+        threads = Array.new(clients) do
+          Thread.new do
+            socket = nil
+            kept_alive = false
+            deadline = Weft::Timers.now + 60
+            until stop || Weft::Timers.now > deadline
+              begin
+                socket ||= TCPSocket.new("127.0.0.1", port)
+              rescue SystemCallError
+                count.call("refused")
+                sleep 0.01
+                next
+              end
+              begin
+                socket.write("POST #{path} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+                raise Timeout::Error, "no response in 10 s" unless socket.wait_readable(10)
+                response = read_response(socket)
+                count.call(response.body.match?(/\A\d+\z/) ? :ok : :bad_body)
+                if response["connection"] == "close"
+                  count.call(:closed)
+                  socket.close
+                  socket = nil
+                  kept_alive = false
+                else
+                  kept_alive = true
+                end
+              rescue StandardError => e
+                count.call("#{kept_alive ? 'kept-alive' : 'fresh'} #{e.class}")
+                socket&.close
+                socket = nil
+                kept_alive = false
+              end
+            end
+            socket&.close
+          end
+        end
+        yield counts
+        stop = true
+        threads.each(&:join)
         counts
       end
     end

@@ -18,10 +18,12 @@ module Weft
       end
 
       # Runs `app` (wrapped in Rack::Lint unless lint: false) in a Weft::Server on its own thread
-      # and reactor, yields the server and its port, then stops it gracefully.
+      # and reactor, yields the server and its port, then stops it gracefully. The stop's drain
+      # grace is short: tests leave keep-alive connections open, and each would hold the stop
+      # for the default second.
       def with_server(app, lint: true, **options)
         app = Rack::Lint.new(app) if lint
-        options = { binds: ["tcp://127.0.0.1:0"], workers: 0, shutdown_timeout: 5 }.merge(options)
+        options = { binds: ["tcp://127.0.0.1:0"], workers: 0, shutdown_timeout: 5, drain_grace: 0.05 }.merge(options)
         server = Weft::Server.new(app, **options)
         port = server.listeners.first.port.to_i
         thread = Thread.new { server.run }

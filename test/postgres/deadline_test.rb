@@ -1,0 +1,452 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "weft/postgres"
+
+# Weft::Postgres::Pool under Weft.deadline: the caller gets Weft::DeadlineExceeded at its
+# deadline, the statement is cancelled on the server (pg_stat_activity, read on a connection of
+# its own, no longer shows it), other callers' statements get their own results, and the pool
+# stays usable — for a statement alone on a connection, pipelined ones, a checkout, a
+# transaction, inside `with`, and outside a reactor.
+class PostgresDeadlineTest < Minitest::Test
+  # How late after its deadline the caller may get the error. The error comes from a timer;
+  # nothing the pool does (a cancel request takes tens of milliseconds) may add to it.
+  LATE = 0.05
+
+  # A TCP proxy in front of the test server that can hold back or refuse new connections: a
+  # cancel request travels on a new connection, so this makes the server act on it late, or
+  # never.
+  class HoldingProxy
+    # @return [Float] seconds each connection accepted from now on waits before it is forwarded
+    attr_accessor :hold
+    # @return [Integer] how many of the next connections are closed at once instead
+    attr_accessor :refuse
+
+    def initialize(host, port)
+      @upstream = [host, port]
+      @server = TCPServer.new("127.0.0.1", 0)
+      @hold = 0
+      @refuse = 0
+      @sockets = []
+      @threads = [Thread.new { accept_loop }]
+    end
+
+    def port
+      @server.addr[1]
+    end
+
+    def close
+      @server.close
+      @threads.each(&:kill).each(&:join)
+      @sockets.each { |socket| socket.close unless socket.closed? }
+    end
+
+    private
+
+    def accept_loop
+      loop do
+        client = @server.accept
+        if @refuse.positive?
+          @refuse -= 1
+          client.close
+          next
+        end
+        @sockets << client
+        hold = @hold
+        @threads << Thread.new { forward(client, hold) }
+      end
+    rescue IOError, SystemCallError
+      nil
+    end
+
+    def forward(client, hold)
+      sleep hold
+      server = TCPSocket.new(*@upstream)
+      @sockets << server
+      copier = Thread.new { copy(client, server) }
+      @threads << copier
+      copy(server, client)
+    end
+
+    def copy(from, to)
+      IO.copy_stream(from, to)
+    rescue IOError, SystemCallError
+      nil
+    ensure
+      to.close_write rescue nil # rubocop:disable Style/RescueModifier
+    end
+  end
+
+  def setup
+    @pools = []
+    @proxy = nil
+    @monitor = PG.connect(postgres.conninfo)
+  end
+
+  def teardown
+    @pools.each(&:close)
+    @proxy&.close
+    @monitor&.close
+  end
+
+  def pool(**options)
+    Weft::Postgres::Pool.new(postgres.url, **options).tap { |created| @pools << created }
+  end
+
+  # A pool whose connections (and cancel requests) go through a HoldingProxy.
+  def proxied_pool(**options)
+    @proxy = HoldingProxy.new(postgres.host, postgres.port)
+    url = "postgres://postgres@127.0.0.1:#{@proxy.port}/postgres"
+    Weft::Postgres::Pool.new(url, **options).tap { |created| @pools << created }
+  end
+
+  def reactor(seconds = 20, &block)
+    Weft.run { Weft.timeout(seconds, &block) }
+  end
+
+  def now
+    Weft::Timers.now
+  end
+
+  # [the block's value or the exception it raised, seconds it took]
+  def timed
+    started = now
+    outcome = begin
+      yield
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      e
+    end
+    [outcome, now - started]
+  end
+
+  def assert_deadline_error(outcome, took, deadline)
+    assert_kind_of Weft::DeadlineExceeded, outcome
+    assert_operator took, :<, deadline + LATE, "the caller got its error #{took - deadline}s after its deadline"
+  end
+
+  # Statements running on the server whose text contains `tag` (the tag travels as a
+  # parameter, so this query does not find itself).
+  def active(tag)
+    @monitor.exec_params(<<~SQL, [tag]).getvalue(0, 0).to_i
+      select count(*) from pg_stat_activity
+       where state = 'active' and pid <> pg_backend_pid() and position($1 in query) > 0
+    SQL
+  end
+
+  # Polls until no statement with `tag` runs on the server; fails after `within` seconds.
+  def assert_gone_from_server(tag, within: 1.0)
+    started = now
+    sleep 0.01 while active(tag).positive? && now - started < within
+    assert_equal 0, active(tag), "a statement tagged #{tag} still runs on the server after #{within}s"
+  end
+
+  def assert_pool_serves_many_fibers(db)
+    values = Weft.map(1..50) { |i| db.query("select $1::int * 3", i).getvalue(0, 0).to_i }
+    assert_equal (1..50).map { |i| i * 3 }, values
+  end
+
+  # --- a statement alone on its connection ---------------------------------------------------
+
+  def test_a_statement_alone_ends_at_the_deadline_and_is_cancelled_on_the_server
+    db = pool(size: 4)
+    reactor do
+      outcome, took = timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'alone-1'") } }
+      assert_deadline_error(outcome, took, 0.2)
+      assert_equal "deadline of 0.2s exceeded", outcome.message
+      assert_gone_from_server("alone-1")
+      assert_pool_serves_many_fibers(db)
+    end
+    assert_equal 0, db.statistics[:discarded]
+    assert_equal 0, db.statistics[:busy]
+  end
+
+  def test_the_caller_does_not_wait_for_a_slow_cancel_request
+    db = proxied_pool(size: 2)
+    reactor do
+      db.query("select 1") # opens a connection before cancel requests are held back
+      @proxy.hold = 0.4
+      outcome, took = timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'alone-2'") } }
+      assert_deadline_error(outcome, took, 0.2)
+      assert_gone_from_server("alone-2", within: 2.0)
+      @proxy.hold = 0
+      assert_pool_serves_many_fibers(db)
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  # PostgreSQL drops a cancel request that arrives between two protocol messages of the
+  # statement; a request refused outright stands in for that here. The next one works.
+  def test_a_cancel_request_that_had_no_effect_is_sent_again
+    db = proxied_pool(size: 1)
+    reactor do
+      db.query("select 1")
+      @proxy.refuse = 1
+      outcome, took = timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'repeat-1'") } }
+      assert_deadline_error(outcome, took, 0.2)
+      assert_gone_from_server("repeat-1", within: 1.5)
+
+      # The same for a pipelined statement, with another caller's statement behind it.
+      blocker = occupy(db)
+      @proxy.refuse = 1
+      expired = Weft.spawn { timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'repeat-2'") } } }
+      behind = Weft.spawn { db.query("select 'behind'").getvalue(0, 0) }
+      blocker.wait
+      outcome, took = expired.wait
+      assert_deadline_error(outcome, took, 0.2)
+      assert_gone_from_server("repeat-2", within: 1.5)
+      assert_equal "behind", behind.wait
+      assert_equal 0, @proxy.refuse
+      assert_pool_serves_many_fibers(db)
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  # A server that never acts on cancel requests: after the grace period the connection is
+  # closed, the statements still queued on it fail clearly, and the pool opens new ones.
+  def test_when_cancel_requests_never_reach_the_server_the_connection_is_given_up
+    pipelined = proxied_pool(size: 1)
+    url = "postgres://postgres@127.0.0.1:#{@proxy.port}/postgres"
+    alone = Weft::Postgres::Pool.new(url, size: 1).tap { |created| @pools << created }
+    reactor do
+      [pipelined, alone].each { |db| db.query("select 1") }
+      @proxy.refuse = 1_000
+      blocker = occupy(pipelined)
+      queued = Weft.spawn { timed { Weft.deadline(0.2) { pipelined.query("select pg_sleep(3), 'never-1'") } } }
+      behind = Weft.spawn { pipelined.query("select 'behind'") }
+      outcome, took = timed { Weft.deadline(0.2) { alone.query("select pg_sleep(3), 'never-2'") } }
+      assert_deadline_error(outcome, took, 0.2)
+      blocker.wait
+      outcome, took = queued.wait
+      assert_deadline_error(outcome, took, 0.2)
+      error = assert_elapsed_under(3.0) { assert_raises(Weft::Postgres::ConnectionError) { behind.wait } }
+      assert_match(/did not end within/, error.message)
+      @proxy.refuse = 0
+      [pipelined, alone].each { |db| assert_pool_serves_many_fibers(db) }
+    end
+    assert_equal 1, pipelined.statistics[:discarded]
+    assert_equal 1, alone.statistics[:discarded]
+  end
+
+  def test_a_statement_issued_after_the_deadline_passed_is_not_sent
+    db = pool(size: 2)
+    reactor do
+      db.query("create table if not exists deadline_late (v int)")
+      db.query("truncate deadline_late")
+      outcome, = timed do
+        Weft.deadline(0.05) do
+          busy_until = now + 0.1
+          nil while now < busy_until # computing past the deadline: no wait to raise in
+          db.query("insert into deadline_late values (1)")
+        end
+      end
+      assert_kind_of Weft::DeadlineExceeded, outcome
+      assert_raises(Weft::DeadlineExceeded) do
+        Weft.deadline(0.01) { sleep 0.05 rescue nil; db.with {} } # rubocop:disable Style/RescueModifier
+      end
+      assert_equal "0", db.query("select count(*) from deadline_late").getvalue(0, 0)
+    end
+  end
+
+  # --- pipelined statements ------------------------------------------------------------------
+
+  # Fills the only connection with a statement running alone, so that the statements spawned
+  # next wait and then share it, in spawn order.
+  def occupy(db, seconds = 0.1)
+    blocker = Weft.spawn { db.query("select pg_sleep(#{seconds})") }
+    sleep 0.02
+    blocker
+  end
+
+  def test_an_expired_pipelined_statement_running_at_the_head_is_cancelled_and_the_others_go_on
+    db = pool(size: 1)
+    reactor do
+      blocker = occupy(db)
+      expired = Weft.spawn { timed { Weft.deadline(0.3) { db.query("select pg_sleep(5), 'head-1'") } } }
+      others = Array.new(6) { |i| Weft.spawn { db.query("select $1::int, pg_sleep(0.02)", i).getvalue(0, 0).to_i } }
+      blocker.wait
+      outcome, took = expired.wait
+      assert_deadline_error(outcome, took, 0.3)
+      # The others were queued behind it: they finish once it is cancelled, not after 5 s.
+      assert_elapsed_under(1.5) { assert_equal (0...6).to_a, Weft.gather(others) }
+      assert_gone_from_server("head-1")
+      assert_pool_serves_many_fibers(db)
+    end
+    stats = db.statistics
+    assert_operator stats[:pipelined], :>=, 7, "the statements were not pipelined: #{stats.inspect}"
+    assert_equal 0, stats[:discarded]
+  end
+
+  def test_an_expired_statement_queued_behind_another_is_cancelled_when_it_reaches_the_head
+    db = pool(size: 1)
+    reactor do
+      blocker = occupy(db)
+      ahead = Weft.spawn { db.query("select pg_sleep(0.4), 'ahead'").getvalue(0, 1) }
+      expired = Weft.spawn { timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'queued-1'") } } }
+      behind = Weft.spawn { db.query("select 'behind'").getvalue(0, 0) }
+      blocker.wait
+      outcome, took = expired.wait
+      assert_deadline_error(outcome, took, 0.2)
+      assert_equal "ahead", ahead.wait # runs to its end: its caller still waits for it
+      assert_elapsed_under(1.0) { assert_equal "behind", behind.wait }
+      assert_gone_from_server("queued-1")
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  # The cancel request meant for the expired statement is held back by the proxy until that
+  # statement has ended and the next one runs, so the server cancels the next one: it is sent
+  # again and its caller gets its own result, not the cancellation.
+  def test_a_statement_hit_by_a_cancel_meant_for_another_is_sent_again
+    db = proxied_pool(size: 1)
+    reactor do
+      db.query("select 1")
+      @proxy.hold = 0.4
+      blocker = occupy(db)
+      expired = Weft.spawn { timed { Weft.deadline(0.2) { db.query("select pg_sleep(0.3), 'stray-1'") } } }
+      victim = Weft.spawn { db.query("select pg_sleep(0.6), 'victim'").getvalue(0, 1) }
+      blocker.wait
+      outcome, took = expired.wait
+      assert_deadline_error(outcome, took, 0.2)
+      assert_equal "victim", victim.wait
+      @proxy.hold = 0
+      assert_pool_serves_many_fibers(db)
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  def test_under_pressure_one_expired_caller_among_many
+    db = pool(size: 3)
+    reactor do
+      workers = Array.new(40) do |fiber|
+        Weft.spawn do
+          Array.new(10) { |i| db.query("select $1::int, pg_sleep(0.005)", (fiber * 100) + i).getvalue(0, 0).to_i }
+        end
+      end
+      sleep 0.02 # the pool is under pressure: statements are pipelined
+      outcome, took = timed { Weft.deadline(0.15) { db.query("select pg_sleep(5), 'crowd-1'") } }
+      assert_deadline_error(outcome, took, 0.15)
+      # It may still have been queued behind other statements at its deadline; those behind it
+      # wait for it only until it is cancelled, not for its 5 s.
+      results = assert_elapsed_under(2.0) { Weft.gather(workers) }
+      results.each_with_index do |values, fiber|
+        assert_equal Array.new(10) { |i| (fiber * 100) + i }, values
+      end
+      assert_gone_from_server("crowd-1")
+      assert_pool_serves_many_fibers(db)
+    end
+    assert_operator db.statistics[:pipelined], :>, 100
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  # --- checkout ------------------------------------------------------------------------------
+
+  def test_a_checkout_from_an_exhausted_pool_ends_at_the_deadline
+    db = pool(size: 1, checkout_timeout: 5)
+    reactor do
+      holder = Weft.spawn { db.with { sleep 0.6 } }
+      sleep 0.02
+      [-> { db.with {} }, -> { db.transaction {} }, -> { db.query("select 1") }].each do |checkout|
+        outcome, took = timed { Weft.deadline(0.15) { checkout.call } }
+        assert_deadline_error(outcome, took, 0.15)
+      end
+      holder.wait
+      assert_equal "1", db.query("select 1").getvalue(0, 0)
+    end
+  end
+
+  def test_checkout_timeout_still_applies_when_it_ends_first_and_nil_leaves_only_the_deadline
+    db = pool(size: 1, checkout_timeout: 0.1)
+    unbounded = pool(size: 1, checkout_timeout: nil)
+    reactor do
+      holders = [db, unbounded].map { |p| Weft.spawn { p.with { sleep 0.5 } } }
+      sleep 0.02
+      assert_raises(Weft::Postgres::PoolTimeout) { Weft.deadline(2) { db.with {} } }
+      outcome, took = timed { Weft.deadline(0.15) { unbounded.with {} } }
+      assert_deadline_error(outcome, took, 0.15)
+      assert_kind_of Integer, unbounded.with(&:backend_pid) # no limit: waits for the holder
+      Weft.gather(holders)
+    end
+    [-1, 0, Float::NAN, Float::INFINITY, "5"].each do |bad|
+      assert_raises(ArgumentError, bad.inspect) { Weft::Postgres::Pool.new(postgres.url, checkout_timeout: bad) }
+    end
+  end
+
+  # --- pinned connections --------------------------------------------------------------------
+
+  def test_a_transaction_past_its_deadline_is_rolled_back_and_its_connection_kept
+    db = proxied_pool(size: 1)
+    reactor do
+      db.query("create table if not exists deadline_tx (v int)")
+      db.query("truncate deadline_tx")
+      @proxy.hold = 0.3 # the cancel request is slow: the caller must not wait for it
+      outcome, took = timed do
+        Weft.deadline(0.2) do
+          db.transaction do |conn|
+            conn.exec("insert into deadline_tx values (1)")
+            conn.exec("select pg_sleep(5), 'tx-1'")
+          end
+        end
+      end
+      assert_deadline_error(outcome, took, 0.2)
+      assert_gone_from_server("tx-1", within: 2.0)
+      @proxy.hold = 0
+      assert_equal "0", db.query("select count(*) from deadline_tx").getvalue(0, 0)
+      db.with { |conn| assert_equal PG::PQTRANS_IDLE, conn.transaction_status }
+    end
+    assert_equal 0, db.statistics[:discarded]
+    assert_equal 1, db.statistics[:connects]
+  end
+
+  def test_inside_with_a_rescued_deadline_leaves_the_session_usable
+    db = pool(size: 1)
+    reactor do
+      db.with do |conn|
+        conn.exec("set application_name = 'kept-session'")
+        outcome, took = timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'with-1'") } }
+        # The fiber keeps the connection, so the statement is cancelled before the error goes
+        # on: the caller waits for the cancel request here.
+        assert_kind_of Weft::DeadlineExceeded, outcome
+        assert_operator took, :<, 1.0
+        assert_elapsed_under(0.5) { assert_equal "kept-session", conn.exec("show application_name").getvalue(0, 0) }
+        assert_raises(Weft::DeadlineExceeded) do
+          Weft.deadline(0.2) { db.transaction { |c| c.exec("select pg_sleep(5), 'with-2'") } }
+        end
+        assert_equal PG::PQTRANS_IDLE, conn.transaction_status
+        conn.exec("reset application_name")
+      end
+      assert_equal 0, active("with-1") + active("with-2")
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
+  # --- outside a reactor ---------------------------------------------------------------------
+
+  def test_outside_a_reactor
+    db = proxied_pool(size: 2, checkout_timeout: 5)
+    Thread.new { db.query("select 1") }.join
+    @proxy.hold = 0.3
+    outcome, took = Thread.new { timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'thread-1'") } } }.value
+    assert_deadline_error(outcome, took, 0.2)
+    outcome, took = Thread.new do
+      timed { Weft.deadline(0.2) { db.transaction { |conn| conn.exec("select pg_sleep(5), 'thread-2'") } } }
+    end.value
+    assert_deadline_error(outcome, took, 0.2)
+    started = now
+    sleep 0.02 while active("thread-").positive? && now - started < 2
+    assert_equal 0, active("thread-")
+    @proxy.hold = 0
+
+    # An exhausted pool: the checkout ends at the deadline.
+    gate = Thread::Queue.new
+    holders = Array.new(2) { Thread.new { db.with { gate.pop } } }
+    sleep 0.05
+    outcome, took = Thread.new { timed { Weft.deadline(0.15) { db.with {} } } }.value
+    assert_deadline_error(outcome, took, 0.15)
+    2.times { gate << :go }
+    holders.each(&:join)
+
+    threads = Array.new(4) { |t| Thread.new { Array.new(10) { |i| db.query("select $1::int", (t * 10) + i).getvalue(0, 0).to_i } } }
+    threads.each_with_index { |thread, t| assert_equal Array.new(10) { |i| (t * 10) + i }, thread.value }
+    assert_equal 0, db.statistics[:discarded]
+  end
+end
