@@ -16,9 +16,6 @@ module Ringpool
   # not called at all for a while (its items get the overflow number at once, without waiting
   # for the deadline), then gets a rising share of the calls again (the breaker's ramp).
   # Breakers are registered as "ringpool peer URL", so Weft's server statistics list them.
-  #
-  # The spawn/collect below is the one place to switch to Weft.scatter (deadline plus fallback
-  # per branch) once the resilience layer has it.
   class FanOut
     PATH = "/shard/allocations"
     # The header that carries the caller's remaining time to the peer, in seconds.
@@ -39,8 +36,13 @@ module Ringpool
     # @param groups [Hash{String => Array<Allocator::Item>}] peer URL => the items it owns
     # @return [Hash{String => Array<Result>}] per peer, a result per item, in item order
     def call(groups)
-      asked = groups.map { |url, items| [url, items, Weft.spawn(url, items, name: "ringpool fan-out") { |u, i| ask(u, i) }] }
-      asked.to_h { |url, items, task| [url, collect(task, items)] }
+      peers = groups.to_a
+      # Weft.scatter runs every peer at once under the caller's deadline and answers a peer that
+      # failed or is late with the fallback, so this never raises and never waits past it.
+      answers = Weft.scatter(peers, fallback: ->((_url, items), _error) { fallback(items) }) do |url, items|
+        breaker(url).call(fallback: ->(_error) { fallback(items) }) { post(url, items) }
+      end
+      peers.each_with_index.to_h { |(url, _items), index| [url, answers[index]] }
     end
 
     # @return [Hash{String => Hash}] per peer URL: connections opened, requests sent, and the
@@ -67,12 +69,6 @@ module Ringpool
     end
 
     private
-
-    def ask(url, items)
-      breaker(url).call(fallback: ->(_error) { fallback(items) }) { post(url, items) }
-    rescue StandardError
-      fallback(items) # the fallback itself cannot fail; this is for what the breaker lets through
-    end
 
     def post(url, items)
       body = +'{"items":['
@@ -101,13 +97,6 @@ module Ringpool
         result = Result.from_h(results[index])
         result && result.ring_pool == item.pool.id ? result : Result.overflow(item.pool, "shard_unavailable")
       end
-    end
-
-    def collect(task, items)
-      task.wait || fallback(items)
-    rescue Weft::DeadlineExceeded
-      # Raised once, here and in the task at the same moment; the task answers with the fallback.
-      retry
     end
 
     def fallback(items)
