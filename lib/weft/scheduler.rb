@@ -125,7 +125,7 @@ module Weft
     # epoll instance and its registrations untouched (io-event's close only closes them).
     def process_fork
       @forked = true
-      @closed = true # so that the #close Fiber.set_scheduler calls does nothing
+      @closed = true # so that the #close that Fiber.set_scheduler calls does nothing
       @selector.close
       Fiber.set_scheduler(nil)
     end
