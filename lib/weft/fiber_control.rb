@@ -22,14 +22,14 @@ module Weft
   # go straight through.
   module FiberControl
     # Fiber#raise; see the module comment.
-    def raise(*args)
+    def raise(...)
       scheduler = Fiber.scheduler
       return super unless scheduler.is_a?(Scheduler)
-      scheduler.fiber_raise(self) { super(*args) }
+      scheduler.fiber_raise(self) { super(...) }
     end
 
     # Fiber#transfer; see the module comment.
-    def transfer(*args)
+    def transfer(...)
       scheduler = Fiber.scheduler
       scheduler.check_fiber_transfer(self) if scheduler.is_a?(Scheduler)
       super
