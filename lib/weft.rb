@@ -11,7 +11,6 @@ require_relative "weft/gather"
 require_relative "weft/semaphore"
 require_relative "weft/promise"
 require_relative "weft/mutex_sleep_fix"
-require_relative "weft/fork_handler"
 
 # Weft runs ordinary blocking Ruby code concurrently under Ruby's Fiber::Scheduler.
 #

@@ -13,15 +13,36 @@ module Weft
     # How /proc/self/fd names a pidfd (the first form up to Linux 6.8, the second with pidfs).
     PIDFD = /\A(?:anon_inode:\[pidfd\]|pidfd:)/.freeze
 
+    # Process waits in flight in this process, in any reactor (see .waiting_for_process).
+    @process_waits = 0
+    @lock = Thread::Mutex.new
+
     # @return [Integer] the child's pid in the parent, 0 in the child
     def _fork
       pid = super
       if pid.zero?
-        ForkHandler.close_inherited_pidfds
+        ForkHandler.close_inherited_pidfds if ForkHandler.process_waits.positive?
         scheduler = Fiber.scheduler
         scheduler.process_fork if scheduler.is_a?(Scheduler)
       end
       pid
+    end
+
+    class << self
+      # @return [Integer] how many Process.waits are in flight in this process's reactors
+      attr_reader :process_waits
+
+      # Counts the block (a reactor's Process.wait, during which io-event holds a pidfd) as a
+      # process wait in flight, so that a child forked meanwhile knows it has pidfds to close,
+      # and one forked when there are none need not look (about 5 us per open descriptor).
+      def waiting_for_process
+        @lock.synchronize { @process_waits += 1 }
+        begin
+          yield
+        ensure
+          @lock.synchronize { @process_waits -= 1 }
+        end
+      end
     end
 
     # Closes the child's copies of the pidfds that io-event opened for Process.wait in the

@@ -6,6 +6,7 @@ require_relative "errors"
 require_relative "timers"
 require_relative "task"
 require_relative "fiber_control"
+require_relative "fork_handler"
 
 module Weft
   # Weft's Fiber::Scheduler: the reactor behind Weft.run.
@@ -331,7 +332,7 @@ module Weft
     def process_wait(pid, flags)
       return run_blocking { Process::Status.wait(pid, flags) } if @interrupted_pids.delete(pid)
       waited = false
-      status = @selector.process_wait(Fiber.current, pid, flags) ||
+      status = ForkHandler.waiting_for_process { @selector.process_wait(Fiber.current, pid, flags) } ||
         run_blocking { Process::Status.wait(pid, flags) }
       waited = true
       status
