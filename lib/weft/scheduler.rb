@@ -5,6 +5,8 @@ require "socket"
 require_relative "errors"
 require_relative "timers"
 require_relative "task"
+require_relative "fiber_control"
+require_relative "fork_handler"
 
 module Weft
   # Weft's Fiber::Scheduler: the reactor behind Weft.run.
@@ -65,6 +67,11 @@ module Weft
       @lag = 0.0
       @turn_started = nil
       @closed = false
+      # Set in the child of a fork: this copy of the reactor belongs to the parent (see #process_fork).
+      @forked = false
+      # Every fiber that runs tasks, idle or not: user code must not switch into these itself
+      # (see FiberControl).
+      @workers = {}.compare_by_identity
     end
 
     # --- Running -----------------------------------------------------------------------------
@@ -96,7 +103,8 @@ module Weft
     end
 
     # Called by Ruby from Fiber.set_scheduler(nil) or when the thread exits: finish the work
-    # still pending, then release the selector.
+    # still pending, then release the selector. (In a forked child there is nothing to do: see
+    # #process_fork.)
     def close
       return if @closed
       run unless @tasks.empty?
@@ -106,6 +114,21 @@ module Weft
         @closed = true
         @selector.close
       end
+    end
+
+    # Called in the child of a fork (Weft::ForkHandler hooks Process._fork): everything here is a
+    # copy of the parent's reactor. Running it would run the parent's tasks a second time, and the
+    # selector's epoll descriptor still refers to the parent's epoll instance, so polling or
+    # registering through it would take events and registrations away from the parent. The child
+    # therefore starts without a scheduler, as only the calling thread survives a fork: the fiber
+    # that forked goes on alone, blocking like plain Ruby, and may start a reactor of its own with
+    # Weft.run. Closing the child's duplicates of the selector's descriptors leaves the parent's
+    # epoll instance and its registrations untouched (io-event's close only closes them).
+    def process_fork
+      @forked = true
+      @closed = true # so that the #close that Fiber.set_scheduler calls does nothing
+      @selector.close
+      Fiber.set_scheduler(nil)
     end
 
     # --- Tasks -------------------------------------------------------------------------------
@@ -231,7 +254,7 @@ module Weft
       fiber = Fiber.current
       # The fiber is parked inside the selector; transferring false into it ends that wait
       # (io-event removes the registration on the way out).
-      timer = @timers.after(timeout) { fiber.transfer(false) } if timeout
+      timer = @timers.after(timeout) { fiber.weft_transfer(false) } if timeout
       @selector.io_wait(fiber, io, events)
     ensure
       timer&.cancel
@@ -301,10 +324,16 @@ module Weft
     # A wait that ends early (a deadline, a cancellation) leaves io-event 1.11 believing the
     # closed pidfd is still registered for that pid, and the next wait for the same pid, given the
     # same descriptor number, would never wake. That next wait runs on a helper thread instead.
+    #
+    # io-event answers nil when it was woken although the process has not exited: by a readiness
+    # event that a pidfd copy in a child forked a moment ago kept alive (see ForkHandler). Waiting
+    # again in io-event at once would reuse the descriptor number while its bookkeeping still
+    # holds the old registration, and never wake; the helper thread cannot be fooled.
     def process_wait(pid, flags)
       return run_blocking { Process::Status.wait(pid, flags) } if @interrupted_pids.delete(pid)
       waited = false
-      status = @selector.process_wait(Fiber.current, pid, flags)
+      status = ForkHandler.waiting_for_process { @selector.process_wait(Fiber.current, pid, flags) } ||
+        run_blocking { Process::Status.wait(pid, flags) }
       waited = true
       status
     ensure
@@ -337,6 +366,38 @@ module Weft
     def fiber(&block)
       parent = Task.current
       start(register(parent, nil, [], block, parent && Deadline.current))
+    end
+
+    # --- User code switching fibers (see FiberControl) -----------------------------------------
+
+    # @api private: Fiber#raise of `target` from the current fiber; the block is Ruby's own.
+    # Into a task's fiber from another fiber, the caller is queued to go on on the loop's next turn
+    # (the target hands the thread to the loop, not back to the caller, once it waits again). If
+    # control comes back to the caller some other way first, the queued turn is withdrawn.
+    def fiber_raise(target)
+      current = Fiber.current
+      return yield if current.equal?(@loop_fiber) || current.equal?(target)
+      refuse_fiber_switch("raise into", target) if target.equal?(@loop_fiber)
+      refuse_fiber_switch("raise into", target, "its task has ended") if @idle_fibers.include?(target)
+      return yield unless @workers.key?(target)
+
+      @ready[current] = nil
+      begin
+        yield
+      ensure
+        @ready.delete(current)
+      end
+    end
+
+    # @api private: Fiber#transfer of `target` from the current fiber (the loop's own pass).
+    def check_fiber_transfer(target)
+      return if Fiber.current.equal?(@loop_fiber)
+      refuse_fiber_switch("transfer to", target) if target.equal?(@loop_fiber) || @workers.key?(target)
+    end
+
+    # @api private: Fiber#kill (Ruby 3.3+) of `target`.
+    def check_fiber_kill(target)
+      refuse_fiber_switch("kill", target) if target.equal?(@loop_fiber) || @workers.key?(target)
     end
 
     # --- Helpers -------------------------------------------------------------------------------
@@ -393,7 +454,7 @@ module Weft
     def start(task)
       fiber = @idle_fibers.pop || worker_fiber
       if Fiber.current.equal?(@loop_fiber)
-        fiber.transfer(task)
+        fiber.weft_transfer(task)
       else
         # Queues the current fiber to continue on the loop's next turn, then enters the task.
         @selector.resume(fiber, task)
@@ -407,23 +468,44 @@ module Weft
     # a fresh fiber per task would let a burst of tens of thousands of tasks exhaust the
     # process's memory mappings before the GC runs.)
     def worker_fiber
-      Fiber.new(blocking: false) do |task|
+      fiber = Fiber.new(blocking: false) do |task|
         while task
           task.execute
-          task = park_worker
+          task = park_worker(task)
         end
+        @workers.delete(Fiber.current)
       end
+      @workers[fiber] = true
+      fiber
     end
 
     # Called by a worker whose task ended: waits for the next task, or returns nil to let the
     # fiber end when the pool is full.
-    def park_worker
+    def park_worker(ended)
+      finish_forked_child(ended) if @forked
       # Fiber-local variables belong to the task that set them, not to the next one.
       locals = Thread.current
       locals.keys.each { |key| locals[key] = nil }
       return nil if @idle_fibers.size >= @fiber_pool_size
       @idle_fibers << Fiber.current
       @selector.transfer
+    end
+
+    # In a forked child this fiber went on with its task without a reactor (#process_fork). The
+    # task is over, and so is the child, as a forked thread that ends takes its process with it:
+    # with status 1 if the task failed. Nothing in this process can wait for the task any more,
+    # so its failure is logged now (whoever observed it is the parent's).
+    def finish_forked_child(task)
+      if task.failed?
+        task.observed! # no second report at exit
+        UnobservedFailure.new(self, task).call
+      end
+      exit(!task.failed?)
+    end
+
+    def refuse_fiber_switch(action, target, why = "the reactor schedules it")
+      what = target.equal?(@loop_fiber) ? "the Weft reactor's loop fiber" : "a fiber that Weft runs tasks in (#{why})"
+      raise FiberError, "attempt to #{action} #{what}; reach a task with Task#cancel, a Queue or a Weft::Promise"
     end
 
     def start_spawned
@@ -439,7 +521,7 @@ module Weft
       @ready.size.times do
         fiber, value = @ready.shift
         break unless fiber
-        fiber.transfer(value) if fiber.alive?
+        fiber.weft_transfer(value) if fiber.alive?
       end
     end
 
