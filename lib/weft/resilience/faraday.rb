@@ -1,0 +1,97 @@
+# frozen_string_literal: true
+
+require "faraday"
+require_relative "../resilience"
+
+module Weft
+  module Resilience
+    # A Faraday middleware that puts every request of a connection behind a Weft::CircuitBreaker,
+    # whichever adapter sends it (Weft's, Net::HTTP, ...). Opt in with one line:
+    #
+    #   require "weft/resilience/faraday"
+    #
+    #   Faraday.new("https://shard-3.internal") do |f|
+    #     f.request :weft_breaker, slow_call: 0.2              # a breaker per origin, made for you
+    #     f.adapter :weft
+    #   end
+    #
+    #   Faraday.new(url) { |f| f.request :weft_breaker, breaker: SHARD_3 }   # or one of yours
+    #
+    # A failure is an exception the adapter raises (refused, reset, timed out; the breaker's
+    # `failure:` option decides which count) or, by default, a response with a 5xx status: the
+    # response still reaches the caller, but the breaker counts it. While the breaker refuses a
+    # request, no I/O happens and Weft::CircuitOpen (a Weft::Rejected) is raised, or the
+    # `fallback:` is called with it and its answer returned: a Faraday::Response or anything
+    # the caller is prepared to get.
+    class FaradayBreaker < ::Faraday::Middleware
+      # A counted status on its way through the breaker; never seen outside this middleware.
+      class FailedStatus < StandardError
+        # @return [Faraday::Response]
+        attr_reader :response
+
+        def initialize(response)
+          @response = response
+          super("status #{response.status}")
+        end
+      end
+      private_constant :FailedStatus
+
+      ORIGINS_LOCK = Thread::Mutex.new
+      private_constant :ORIGINS_LOCK
+
+      # @param app the next middleware
+      # @param breaker [CircuitBreaker, nil] the breaker to use; nil uses one per origin (scheme,
+      #   host and port) for the whole process, registered as "faraday ORIGIN" and made from the
+      #   `breaker_options` of the first connection that needs it
+      # @param failed_statuses [#include?] response statuses that count as failures
+      # @param fallback [#call, nil] called with the Weft::Rejected when the breaker refuses
+      # @param breaker_options options for the breakers made per origin (see CircuitBreaker.new)
+      def initialize(app, breaker: nil, failed_statuses: 500..599, fallback: nil, **breaker_options)
+        super(app)
+        raise ArgumentError, "breaker must be a Weft::CircuitBreaker" unless breaker.nil? || breaker.is_a?(CircuitBreaker)
+        raise ArgumentError, "failed_statuses must respond to include?" unless failed_statuses.respond_to?(:include?)
+        raise ArgumentError, "fallback must respond to call" unless fallback.nil? || fallback.respond_to?(:call)
+        raise ArgumentError, "breaker options are for the breakers made per origin, not with breaker:" if breaker && !breaker_options.empty?
+
+        @breaker = breaker
+        @failed_statuses = failed_statuses
+        @fallback = fallback
+        @breaker_options = breaker_options
+        @breakers = {}
+        # Built once, so that invalid breaker options fail when the connection is built.
+        CircuitBreaker.new("faraday options check", register: false, **breaker_options) unless breaker
+      end
+
+      # Sends the request through the breaker.
+      # @return [Faraday::Response]
+      def call(env)
+        breaker_for(env.url).call do
+          response = @app.call(env)
+          # Counted as a failure, yet handed to the caller below like any response.
+          raise FailedStatus, response if @failed_statuses.include?(response.status)
+          response
+        end
+      rescue FailedStatus => e
+        e.response
+      rescue Weft::Rejected => e
+        raise unless @fallback
+        @fallback.call(e)
+      end
+
+      private
+
+      # Faraday builds a middleware per connection; the breaker of an origin is the process's,
+      # found in the registry, so every connection to a failing origin sees it open.
+      def breaker_for(url)
+        return @breaker if @breaker
+        origin = "#{url.scheme}://#{url.host}:#{url.port}"
+        @breakers[origin] || ORIGINS_LOCK.synchronize do
+          name = "faraday #{origin}"
+          @breakers[origin] = CircuitBreaker[name] || CircuitBreaker.new(name, **@breaker_options)
+        end
+      end
+    end
+  end
+end
+
+Faraday::Request.register_middleware(weft_breaker: Weft::Resilience::FaradayBreaker)
