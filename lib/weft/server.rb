@@ -183,7 +183,13 @@ module Weft
       env["rack.response_finished"] = finished = []
       status = headers = body = error = nil
       begin
-        status, headers, body = internal_response(env) || @app.call(env)
+        status, headers, body = internal_response(env) || call_under_deadline(env)
+      rescue DeadlineExceeded => e
+        # The request's own deadline (or one the app set and let escape): the app gave up in
+        # time, which is what the deadline is for; the client learns it was not served.
+        error = e
+        Weft.logger.warn("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}: #{e.message}; answered 503")
+        status, headers, body = deadline_exceeded
       rescue StandardError, ScriptError => e
         error = e
         log_error("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}", e)
@@ -487,6 +493,18 @@ module Weft
 
     def server_error
       [500, { "content-type" => "text/plain", "content-length" => "22" }, ["Internal Server Error\n"]]
+    end
+
+    # The app's call under request_deadline, when one is set: every wait of the request (and of
+    # tasks it spawns) ends at it. Streaming the body afterwards is bounded by write_timeout.
+    def call_under_deadline(env)
+      seconds = @config[:request_deadline]
+      return @app.call(env) unless seconds
+      Weft.deadline(seconds) { @app.call(env) }
+    end
+
+    def deadline_exceeded
+      [503, { "content-type" => "text/plain", "content-length" => "26" }, ["request deadline exceeded\n"]]
     end
 
     def close_body(body)

@@ -79,6 +79,9 @@ module Weft
             cli[:worker_timeout] = v
           end
           opts.on("--stall-threshold SEC", Float, "log code that holds the reactor this long (default 1)") { |v| cli[:stall_threshold] = v }
+          opts.on("--request-deadline SEC", Float, "run each request under Weft.deadline(SEC); 503 past it") do |v|
+            cli[:request_deadline] = v
+          end
           opts.on("--pidfile PATH") { |v| cli[:pidfile] = v }
           opts.on("--tag NAME", "shown in worker process titles") { |v| cli[:tag] = v }
           opts.on("-q", "--quiet") { cli[:quiet] = true }

@@ -37,6 +37,7 @@ module Weft
         worker_boot_timeout: 60,   # a worker that does not report booting is replaced
         worker_timeout: 60,        # a worker whose reactor has not turned for this long is replaced
         stall_threshold: 1,        # code holding the reactor this long is logged with its backtrace
+        request_deadline: nil,     # seconds: the app runs under Weft.deadline; past it the client gets 503
         max_request_line: 8192,
         max_header_bytes: 65_536,
         max_headers: 100,
@@ -63,7 +64,8 @@ module Weft
       CHECKS = {
         drain_grace: [->(v) { v.is_a?(Numeric) && v >= 0 }, "a number of seconds >= 0"],
         worker_timeout: [->(v) { v.is_a?(Numeric) && v.positive? }, "a positive number of seconds"],
-        stall_threshold: [->(v) { v.is_a?(Numeric) && v.positive? }, "a positive number of seconds"]
+        stall_threshold: [->(v) { v.is_a?(Numeric) && v.positive? }, "a positive number of seconds"],
+        request_deadline: [->(v) { v.nil? || (v.is_a?(Numeric) && v.positive? && v.finite?) }, "nil or a positive number of seconds"]
       }.freeze
 
       attr_reader :options
