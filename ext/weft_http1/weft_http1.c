@@ -461,15 +461,17 @@ static rchunked *get_chunked(VALUE self)
     return c;
 }
 
-static VALUE chunked_setup(VALUE self, VALUE max_chunk, VALUE max_trailer)
+static VALUE chunked_setup(VALUE self, VALUE max_chunk, VALUE max_body, VALUE max_trailer)
 {
     rchunked *c;
     long long mc = NIL_P(max_chunk) ? 0 : NUM2LL(max_chunk);
+    long long mb = NIL_P(max_body) ? 0 : NUM2LL(max_body);
     long mt = NUM2LONG(max_trailer);
     TypedData_Get_Struct(self, rchunked, &chunked_type, c);
     if (mc < 0 || (!NIL_P(max_chunk) && mc == 0)) rb_raise(rb_eArgError, "max_chunk_size must be positive");
+    if (mb < 0) rb_raise(rb_eArgError, "max_body_size must not be negative");
     if (mt < 2) rb_raise(rb_eArgError, "max_trailer_bytes too small");
-    h1_chunked_init(&c->core, (uint64_t)mc, (size_t)mt);
+    h1_chunked_init(&c->core, (uint64_t)mc, NIL_P(max_body) ? UINT64_MAX : (uint64_t)mb, (size_t)mt);
     c->initialized = 1;
     return self;
 }
@@ -567,7 +569,7 @@ void Init_weft_http1(void)
 
     cChunked = rb_define_class_under(mHTTP1, "ChunkedDecoder", rb_cObject);
     rb_define_alloc_func(cChunked, chunked_alloc);
-    rb_define_private_method(cChunked, "_setup", chunked_setup, 2);
+    rb_define_private_method(cChunked, "_setup", chunked_setup, 3);
     rb_define_method(cChunked, "decode", chunked_decode, 2);
     rb_define_method(cChunked, "done?", chunked_done, 0);
     rb_define_method(cChunked, "reset", chunked_reset, 0);
