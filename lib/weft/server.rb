@@ -37,6 +37,9 @@ module Weft
     attr_reader :board
     # @return [Integer] requests being processed now
     attr_reader :in_flight
+    # @return [String] @api private: the scratch buffer connections read sockets into. One per
+    #   reactor is enough: the bytes are copied out before the reading fiber can yield.
+    attr_reader :read_buffer
 
     # @param app [#call] the Rack app
     # @param config [Config, nil] settings; or pass them as keywords (see Config::DEFAULTS)
@@ -59,6 +62,7 @@ module Weft
       @env_templates = {}.compare_by_identity
       @host_cache = {}
       @multiprocess = !worker_index.nil?
+      @read_buffer = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
     end
 
     def inspect

@@ -51,17 +51,17 @@ module Weft
         sink = Sink.new(config[:spool_threshold])
         sink << buffer
         buffer.clear
-        chunk = String.new(encoding: Encoding::BINARY)
+        # One buffer for the whole body, not a string per read (see Connection#read_into).
+        chunk = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
         timeout = config[:body_timeout]
         while sink.size < length
-          connection.read_some(chunk, timeout)
+          connection.read_into(chunk, timeout)
           missing = length - sink.size
           if chunk.bytesize > missing # the next pipelined request began
             buffer << chunk.byteslice(missing, chunk.bytesize - missing)
             chunk = chunk.byteslice(0, missing)
           end
           sink << chunk
-          chunk.clear
         end
         sink.input
       end
