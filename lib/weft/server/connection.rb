@@ -50,17 +50,13 @@ module Weft
         @closed = false
         @detached = false
         @handshaken = !listener.ssl?
+        @head_deadline = nil # while part of a head has arrived: when the rest is due
       end
 
       def inspect
         "#<#{self.class.name} #{@remote_addr} requests=#{@requests}#{' closed' if @closed}>"
       end
       alias to_s inspect
-
-      # @return [Hash] env entries shared by every request on this connection
-      def env_template
-        @env_template ||= @server.env_template(@listener, @remote_addr)
-      end
 
       # @return [#call] rack.hijack (full hijack)
       def hijack_proc
@@ -89,8 +85,17 @@ module Weft
       end
 
       # Called by the IdlePool from the loop fiber when a parked connection stayed silent past
-      # its timeout: keep-alive connections are simply closed (RFC 9112 §9.5). Must not block.
+      # its timeout: keep-alive connections are simply closed (RFC 9112 §9.5). One parked with
+      # part of a request head (see #read_head) gets a 408 first, if the socket takes it at
+      # once. Must not block.
       def idle_expired
+        if @head_deadline
+          @server.statistics.client_error!
+          @io.write_nonblock(ResponseWriter.error_response(408, "request head not received in time"), exception: false)
+        end
+      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
+        nil
+      ensure
         close
       end
 
@@ -188,6 +193,7 @@ module Weft
         loop do
           keep_alive = serve_one
           return if @detached # hijacked: the socket is the app's now
+          return if keep_alive == :parked # the rest of a head will wake it up
           return close unless keep_alive
           next unless @buffer.empty? # pipelined requests are answered in order
           return unless read_available(@server.config[:idle_timeout], speculative: false)
@@ -207,6 +213,12 @@ module Weft
       # where parking costs an epoll registration, a wake-up and a new task (docs/server.md
       # has the measurements).
       #
+      # Only a connection that has carried two requests lingers: one that has not shown it
+      # reuses connections (new, silent, or one request so far) is parked at once. A burst of
+      # new clients would otherwise hold a fiber each for `linger`, and the stacks of fibers
+      # that ran at the same time stay in the process's RSS for good (Ruby keeps freed fiber
+      # stacks for reuse): 5,000 connections opened at once cost 107 MB that way.
+      #
       # `speculative` tries a read before waiting: right for a new or just-woken connection, and
       # for TLS (decrypted bytes may be buffered). Just after a response the next request has
       # almost never arrived yet, so the read would only cost an EAGAIN syscall.
@@ -214,7 +226,7 @@ module Weft
         return true unless @buffer.empty?
         return true if (speculative || !@io.equal?(@socket)) && fill_now
         linger = @server.config[:linger]
-        return true if linger&.positive? && !@server.stopping? && @socket.wait_readable(linger) && fill_now
+        return true if linger&.positive? && @requests > 1 && !@server.stopping? && @socket.wait_readable(linger) && fill_now
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
         if @server.stopping?
           close
@@ -238,9 +250,12 @@ module Weft
         raise ClientGone, e.message
       end
 
-      # Reads, runs and answers one request. @return [Boolean] whether to keep the connection
+      # Reads, runs and answers one request.
+      # @return [Boolean, :parked] whether to keep the connection; :parked when it waits for
+      #   the rest of a head in the IdlePool
       def serve_one
-        env = read_head or return false
+        env = read_head
+        return env unless env.is_a?(Hash)
         @requests += 1
         keep_alive = @parser.keep_alive? && @requests < @server.config[:max_requests_per_connection]
         if (input = read_body(env)).nil?
@@ -250,16 +265,29 @@ module Weft
         @server.call_app(self, env, keep_alive)
       end
 
-      # @return [Hash, nil] the env with the head parsed, or nil after answering an error
+      # A head that is not complete and has no more bytes waiting does not keep a fiber: the
+      # connection is parked in the IdlePool until the rest arrives or header_timeout passes
+      # (#idle_expired answers 408). The parser resumes where it stopped, and fills the env only
+      # once the head is complete. A slowloris client used to hold a fiber per connection for
+      # the whole header_timeout, and Ruby keeps the stacks of fibers that ran at the same time
+      # (3,000 such connections: +64 MB of RSS, for good).
+      # @return [Hash, false, :parked] the env with the head parsed, false after answering an
+      #   error, :parked
       def read_head
         env = @server.new_env(self)
-        deadline = nil
         until (length = @parser.parse(@buffer, env))
-          deadline ||= Timers.now + @server.config[:header_timeout]
-          remaining = deadline - Timers.now
+          @head_deadline ||= Timers.now + @server.config[:header_timeout]
+          remaining = @head_deadline - Timers.now
           raise ClientTimeout, "request head not complete" if remaining <= 0
-          read_some(@buffer, remaining)
+          next if fill_now
+          if @server.stopping?
+            read_some(@buffer, remaining)
+          else
+            @server.idle_pool.park(self, remaining)
+            return :parked
+          end
         end
+        @head_deadline = nil
         # The env holds copies, so a fully consumed buffer is simply reused.
         if length == @buffer.bytesize
           @buffer.clear
@@ -270,7 +298,7 @@ module Weft
       rescue HTTP1::ParseError => e
         @server.statistics.parse_error!
         answer_error(e.status, e.message)
-        nil
+        false
       rescue ClientTimeout
         # Slowloris: only answer a client that sent part of a head.
         answer_error(408, "request head not received in time") unless @buffer.empty?
