@@ -52,14 +52,17 @@ module ConnectionBurst
   end
 
   def measure(kind, dir)
-    Dir.mktmpdir do |dir|
-      config = File.join(dir, "weft.rb")
+    Dir.mktmpdir do |tmp|
+      config = File.join(tmp, "weft.rb")
       File.write(config, "backlog 4096\nmax_connections 20_000\nstats_path \"/stats\"\n")
       port = free_port
-      pid = Process.spawn({ "RACK_ENV" => "production" }, RbConfig.ruby, File.join(dir, "exe/weft"), "serve", APP,
-                          "-w", "0", "-q", "-C", config, "-b", "tcp://127.0.0.1:#{port}", out: File::NULL, err: File::NULL)
+      log = File.join(tmp, "server.log")
+      # Each checkout runs with its own bundle, so that its lib (not this one's) is loaded.
+      env = { "RACK_ENV" => "production", "BUNDLE_GEMFILE" => File.join(dir, "Gemfile") }
+      pid = Process.spawn(env, RbConfig.ruby, File.join(dir, "exe/weft"), "serve", APP,
+                          "-w", "0", "-q", "-C", config, "-b", "tcp://127.0.0.1:#{port}", out: log, err: log)
       begin
-        wait_until_serving(port)
+        wait_until_serving(port, pid, log)
         20.times { Net::HTTP.get(URI("http://127.0.0.1:#{port}/")) }
         before = status(pid, "VmRSS")
         client = IO.popen([RbConfig.ruby, CLIENT, port.to_s, COUNT.to_s, kind], "r+")
@@ -81,8 +84,12 @@ module ConnectionBurst
                     kind, row[:weft], ready, opened, before / 1024, held / 1024, peak / 1024, after / 1024, row[:fibers], row[:idle])
         row
       ensure
-        Process.kill("TERM", pid)
-        Process.wait(pid)
+        begin
+          Process.kill("TERM", pid)
+          Process.wait(pid)
+        rescue Errno::ESRCH, Errno::ECHILD
+          nil # it died already; the error says why
+        end
       end
     end
   end
@@ -127,12 +134,14 @@ module ConnectionBurst
     server&.close
   end
 
-  def wait_until_serving(port)
+  def wait_until_serving(port, pid, log)
     deadline = now + 20
     begin
       TCPSocket.new("127.0.0.1", port).close
     rescue SystemCallError
-      raise "the server did not listen on #{port}" if now > deadline
+      if now > deadline || Process.waitpid(pid, Process::WNOHANG)
+        raise "the server did not listen on #{port}:\n#{File.read(log)}"
+      end
       sleep 0.05
       retry
     end
