@@ -8,6 +8,7 @@ require_relative "server/idle_pool"
 require_relative "server/statistics"
 require_relative "server/connection"
 require_relative "server/access_log"
+require_relative "server/error_log"
 
 module Weft
   # A Rack server with a fiber per request, running on Weft's reactor: whatever the app does
@@ -52,6 +53,7 @@ module Weft
       @board = board
       @statistics = Statistics.new(self)
       @access_log = AccessLog.open(@config[:access_log])
+      @error_log = ErrorLog.new(@config[:error_summary_interval])
       @idle_pool = IdlePool.new { |connection| serve_in_task(connection, :resume) }
       @connections = {}.compare_by_identity
       @tasks = {}.compare_by_identity
@@ -75,6 +77,7 @@ module Weft
     def run
       Weft.run do
         @idle_pool.start
+        @error_log.start
         accepters = @listeners.map { |listener| Weft.spawn(listener, name: "weft accept #{listener.url}") { |l| accept_loop(l) } }
         publisher = @board && Weft.spawn(name: "weft stats publisher") { publish_statistics }
         wait_for_stop
@@ -208,11 +211,10 @@ module Weft
       connection_closed(connection)
     end
 
-    # @api private: logs an error with its backtrace
+    # @api private: logs an error with its backtrace; repeats of it are counted and summed up
+    # in one line every error_summary_interval (see ErrorLog)
     def log_error(context, error)
-      lines = ["#{context}: #{error.class}: #{error.message}"]
-      lines.concat(error.backtrace || [])
-      Weft.logger.error(lines.join("\n\t"))
+      @error_log.report(context, error)
     end
 
     # @return [String] the current time as an HTTP date, recomputed at most once a second
@@ -307,6 +309,7 @@ module Weft
         @tasks.each_key(&:cancel)
       end
       @connections.keys.each(&:close)
+      @error_log.stop
       @board&.publish(@statistics.snapshot)
     end
 

@@ -34,6 +34,7 @@ class ServerConfigTest < Minitest::Test
     max_headers: "max_headers 5000",
     max_body_bytes: "max_body_bytes -1",
     spool_threshold: "spool_threshold 1.5",
+    error_summary_interval: "error_summary_interval 0",
     access_log: 'access_log "/nonexistent-dir/access.log"',
     quiet: "quiet nil",
     stats_path: 'stats_path "stats"',

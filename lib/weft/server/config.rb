@@ -44,6 +44,7 @@ module Weft
         max_headers: 100,
         max_body_bytes: 1 << 30,   # 1 GiB; larger bodies get 413
         spool_threshold: 131_072,  # bodies above this go to a temp file
+        error_summary_interval: 10, # a repeating error is logged in full once, then counted (ErrorLog)
         access_log: nil,           # nil: none; "-": stdout; a path; or an IO
         quiet: false,
         stats_path: nil,           # e.g. "/weft/stats": JSON statistics served by the server

@@ -112,6 +112,7 @@ module Weft
         max_headers: integer(1, MAX_HEADERS),
         max_body_bytes: integer(0),
         spool_threshold: integer(0),
+        error_summary_interval: seconds,
         access_log: Custom.new(lambda do |value|
           next if value.nil? || value == false || value == "-" || (!value.is_a?(String) && value.respond_to?(:write))
           new_file.problem(value)
