@@ -49,6 +49,7 @@ class ServerConfigTest < Minitest::Test
   }.freeze
 
   def test_every_setting_refuses_a_bad_value_in_a_config_file_naming_file_line_and_setting
+    assert_equal Config::DEFAULTS.keys.sort, Weft::Server::SettingRules::RULES.keys.sort, "settings without a rule"
     assert_equal Config::DEFAULTS.keys.sort, BAD_VALUES.keys.sort, "settings without a bad-value case"
     Dir.mktmpdir do |dir|
       path = File.join(dir, "weft.rb")
