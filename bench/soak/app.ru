@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # The app the soak test (bench/soak/run) serves: a mix of cheap, I/O-waiting, body-reading,
-# large, streamed and failing responses.
+# large, streamed and failing responses, and /__gc for the runner.
 BIG = ("x" * 65_536).freeze
 
 run lambda { |env|
@@ -22,6 +22,11 @@ run lambda { |env|
     [200, { "content-type" => "text/plain" }, Enumerator.new { |out| 8.times { |i| out << "part #{i}\n" } }]
   when "/error"
     raise "soak: this endpoint always fails"
+  when "/__gc"
+    # For the soak runner: memory that survives a full GC, free of the garbage sawtooth.
+    GC.start
+    body = %({"live_slots":#{GC.stat(:heap_live_slots)},"rss_kb":#{File.read('/proc/self/status')[/^VmRSS:\s+(\d+)/, 1]}})
+    [200, { "content-type" => "application/json" }, [body]]
   else
     [404, { "content-type" => "text/plain" }, ["not found"]]
   end
