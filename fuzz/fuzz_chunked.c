@@ -44,12 +44,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     out1 = malloc(size + 1);
     out2 = malloc(size + 1);
 
-    h1_chunked_init(&a, 1000, 64);
+    h1_chunked_init(&a, 1000, 3000, 64);
     r1 = decode(&a, data, size, out1, &len1, &used1);
     CHECK(len1 <= size && used1 <= size);
     if (r1 == H1C_DONE) CHECK(h1_chunked_done(&a));
 
-    h1_chunked_init(&b, 1000, 64);
+    h1_chunked_init(&b, 1000, 3000, 64);
     for (n = 0; n < size; n++) {
         uint8_t *one = malloc(1);
         one[0] = data[n];

@@ -94,7 +94,7 @@ int main(void)
         char out[64];
         size_t olen = 0, pos = 0, len = strlen(chunks[i].in), consumed, off, dlen;
         int r;
-        h1_chunked_init(&c, 0, 1024);
+        h1_chunked_init(&c, 0, UINT64_MAX, 1024);
         do {
             r = h1_chunked_step(&c, chunks[i].in + pos, len - pos, &consumed, &off, &dlen);
             if (r == H1C_DATA) { memcpy(out + olen, chunks[i].in + pos + off, dlen); olen += dlen; }

@@ -566,17 +566,18 @@ enum {
     C_DONE, C_ERROR
 };
 
-void h1_chunked_init(h1_chunked *c, uint64_t max_chunk, size_t max_trailer)
+void h1_chunked_init(h1_chunked *c, uint64_t max_chunk, uint64_t max_body, size_t max_trailer)
 {
     memset(c, 0, sizeof(*c));
     c->state = C_SIZE0;
     c->max_chunk = max_chunk;
+    c->max_body = max_body;
     c->max_trailer = max_trailer;
 }
 
 void h1_chunked_reset(h1_chunked *c)
 {
-    h1_chunked_init(c, c->max_chunk, c->max_trailer);
+    h1_chunked_init(c, c->max_chunk, c->max_body, c->max_trailer);
 }
 
 int h1_chunked_done(const h1_chunked *c)
@@ -651,6 +652,9 @@ int h1_chunked_step(h1_chunked *c, const char *cin, size_t len, size_t *consumed
                 c->trailer_bytes = 0;
             } else {
                 if (c->max_chunk && c->size > c->max_chunk) return cfail(c, 413, "chunk too large");
+                /* total <= max_body always holds, so the subtraction cannot wrap */
+                if (c->size > c->max_body - c->total) return cfail(c, 413, "chunked body too large");
+                c->total += c->size;
                 c->remaining = c->size;
                 c->state = C_DATA;
             }

@@ -93,6 +93,8 @@ typedef struct {
     uint64_t size;              /* size of the chunk being read */
     uint64_t remaining;         /* data bytes left in the current chunk */
     uint64_t max_chunk;         /* 0: unlimited */
+    uint64_t max_body;          /* data bytes of the whole body; UINT64_MAX: unlimited */
+    uint64_t total;             /* data bytes announced by the size lines so far */
     size_t line_bytes;          /* bytes in the current size line (bounds extensions) */
     size_t trailer_bytes;       /* bytes of trailer section so far */
     size_t max_trailer;
@@ -104,7 +106,14 @@ typedef struct {
 
 enum { H1C_MORE = 0, H1C_DATA = 1, H1C_DONE = 2 };
 
-void h1_chunked_init(h1_chunked *c, uint64_t max_chunk, size_t max_trailer);
+/*
+ * max_chunk bounds each chunk (0: unlimited), max_body the sum of all chunks
+ * (UINT64_MAX: unlimited). Both are checked when a size line ends, before any
+ * of that chunk's data is read: a chunk over max_chunk fails with 413 "chunk
+ * too large", one that would take the body past max_body with 413 "chunked
+ * body too large".
+ */
+void h1_chunked_init(h1_chunked *c, uint64_t max_chunk, uint64_t max_body, size_t max_trailer);
 void h1_chunked_reset(h1_chunked *c);
 int h1_chunked_done(const h1_chunked *c);
 /*

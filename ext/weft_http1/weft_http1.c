@@ -189,7 +189,7 @@ static void parser_free(void *ptr)
 static size_t parser_memsize(const void *ptr)
 {
     const rparser *rp = ptr;
-    return sizeof(*rp) + (size_t)rp->core.lim.max_headers * sizeof(h1_header);
+    return sizeof(*rp) + (rp->headers ? (size_t)rp->core.lim.max_headers * sizeof(h1_header) : 0);
 }
 
 static const rb_data_type_t parser_type = {
@@ -232,9 +232,23 @@ static void setup(VALUE self, int is_response, VALUE max_line, VALUE max_bytes, 
     /* joining repeated fields is quadratic in the field count; keep it bounded */
     if (lim.max_headers > 1000) rb_raise(rb_eArgError, "max_headers out of range (1..1000)");
     xfree(rp->headers);
-    rp->headers = ALLOC_N(h1_header, lim.max_headers);
-    h1_parser_init(&rp->core, is_response, &lim, rp->headers);
+    rp->headers = NULL; /* allocated when a message starts, see run() */
+    h1_parser_init(&rp->core, is_response, &lim, NULL);
     rp->initialized = 1;
+}
+
+/*
+ * The field-line array (max_headers entries, 1.6 KB by default) is only needed
+ * while a head is being parsed: it is allocated when a message starts and freed
+ * once the head is complete (its fields copied out) or has failed. A server
+ * keeps a parser per connection, and most connections sit idle between
+ * requests, so 10,000 idle connections do not hold 16 MB of empty arrays.
+ */
+static void release_headers(rparser *rp)
+{
+    xfree(rp->headers);
+    rp->headers = NULL;
+    rp->core.headers = NULL;
 }
 
 /* private, called by the Ruby-level initialize that handles keywords */
@@ -262,8 +276,15 @@ static long run(rparser *rp, VALUE buffer)
 {
     long r;
     if (rp->core.head_len || rp->core.error) h1_parser_reset(&rp->core);
+    if (!rp->headers) {
+        rp->headers = ALLOC_N(h1_header, rp->core.lim.max_headers);
+        rp->core.headers = rp->headers;
+    }
     r = h1_execute(&rp->core, RSTRING_PTR(buffer), (size_t)RSTRING_LEN(buffer));
-    if (r < 0) raise_parse_error(rp->core.error, rp->core.error_msg);
+    if (r < 0) {
+        release_headers(rp);
+        raise_parse_error(rp->core.error, rp->core.error_msg);
+    }
     return r;
 }
 
@@ -375,6 +396,7 @@ static VALUE req_parse(VALUE self, VALUE buffer, VALUE env)
 
     rb_hash_bulk_insert(npairs, pairs, env);
     if (tmp) ALLOCV_END(tmp);
+    release_headers(rp);
     RB_GC_GUARD(buffer);
     return LONG2NUM(r);
 }
@@ -426,6 +448,7 @@ static VALUE res_parse(VALUE self, VALUE buffer)
     rb_ivar_set(self, id_headers, headers);
     rb_ivar_set(self, id_status, INT2FIX(p->status_code));
     rb_ivar_set(self, id_reason, rb_str_new(b + p->reason_off, (long)p->reason_len));
+    release_headers(rp);
     RB_GC_GUARD(buffer);
     return LONG2NUM(r);
 }
@@ -461,15 +484,17 @@ static rchunked *get_chunked(VALUE self)
     return c;
 }
 
-static VALUE chunked_setup(VALUE self, VALUE max_chunk, VALUE max_trailer)
+static VALUE chunked_setup(VALUE self, VALUE max_chunk, VALUE max_body, VALUE max_trailer)
 {
     rchunked *c;
     long long mc = NIL_P(max_chunk) ? 0 : NUM2LL(max_chunk);
+    long long mb = NIL_P(max_body) ? 0 : NUM2LL(max_body);
     long mt = NUM2LONG(max_trailer);
     TypedData_Get_Struct(self, rchunked, &chunked_type, c);
     if (mc < 0 || (!NIL_P(max_chunk) && mc == 0)) rb_raise(rb_eArgError, "max_chunk_size must be positive");
+    if (mb < 0) rb_raise(rb_eArgError, "max_body_size must not be negative");
     if (mt < 2) rb_raise(rb_eArgError, "max_trailer_bytes too small");
-    h1_chunked_init(&c->core, (uint64_t)mc, (size_t)mt);
+    h1_chunked_init(&c->core, (uint64_t)mc, NIL_P(max_body) ? UINT64_MAX : (uint64_t)mb, (size_t)mt);
     c->initialized = 1;
     return self;
 }
@@ -567,7 +592,7 @@ void Init_weft_http1(void)
 
     cChunked = rb_define_class_under(mHTTP1, "ChunkedDecoder", rb_cObject);
     rb_define_alloc_func(cChunked, chunked_alloc);
-    rb_define_private_method(cChunked, "_setup", chunked_setup, 2);
+    rb_define_private_method(cChunked, "_setup", chunked_setup, 3);
     rb_define_method(cChunked, "decode", chunked_decode, 2);
     rb_define_method(cChunked, "done?", chunked_done, 0);
     rb_define_method(cChunked, "reset", chunked_reset, 0);

@@ -108,6 +108,28 @@ class HTTP1ChunkedDecoderTest < Minitest::Test
     assert decode("10\r\n#{"x" * 16}\r\n0\r\n\r\n", max_chunk_size: 16)[0]
   end
 
+  def test_max_body_size_refuses_a_chunk_at_its_size_line
+    # Refused as soon as the size line ends: the data is never asked for.
+    assert_reject "7fffffffffffffff\r\n", 413, max_body_size: 1 << 30
+    assert_reject "8\r\n12345678\r\n9\r\n", 413, max_body_size: 16
+    done, out, = decode("8\r\n12345678\r\n8\r\n12345678\r\n0\r\n\r\n", max_body_size: 16)
+    assert done, "exactly the limit is fine"
+    assert_equal 16, out.bytesize
+    assert_reject "1\r\n", 413, max_body_size: 0
+    assert decode("0\r\n\r\n", max_body_size: 0)[0]
+    e = assert_raises(ParseError) { decode("7fffffffffffffff\r\n", max_body_size: 100) }
+    assert_equal "chunked body too large", e.message
+  end
+
+  def test_max_body_size_survives_reset
+    d = Weft::HTTP1::ChunkedDecoder.new(max_body_size: 4)
+    assert d.decode("4\r\nabcd\r\n0\r\n\r\n".b, +"".b)
+    d.reset
+    assert d.decode("4\r\nabcd\r\n0\r\n\r\n".b, +"".b), "the count starts again after reset"
+    d.reset
+    assert_raises(ParseError) { d.decode("5\r\n".b, +"".b) }
+  end
+
   def test_extension_bound
     assert_reject "1;#{"e" * 5000}\r\nx\r\n0\r\n\r\n"
     assert decode("1;#{"e" * 1000}\r\nx\r\n0\r\n\r\n")[0]
@@ -127,6 +149,7 @@ class HTTP1ChunkedDecoderTest < Minitest::Test
 
   def test_args
     assert_raises(ArgumentError) { Weft::HTTP1::ChunkedDecoder.new(max_chunk_size: 0) }
+    assert_raises(ArgumentError) { Weft::HTTP1::ChunkedDecoder.new(max_body_size: -1) }
     s = "0\r\n\r\n".b
     assert_raises(ArgumentError) { Weft::HTTP1::ChunkedDecoder.new.decode(s, s) }
     assert_raises(FrozenError) { Weft::HTTP1::ChunkedDecoder.new.decode("0\r\n\r\n".b.freeze, +"") }

@@ -112,6 +112,24 @@ class HTTP1RequestParserTest < Minitest::Test
     end
   end
 
+  # A server keeps a parser per connection: between messages it must not hold its field-line
+  # array (max_headers entries), only while a head is being parsed.
+  def test_field_array_is_held_only_while_a_head_is_parsed
+    require "objspace"
+    parser = Weft::HTTP1::RequestParser.new(max_headers: 100)
+    idle = ObjectSpace.memsize_of(parser)
+    assert_operator idle, :<, 1000
+    assert_nil parser.parse("GET / HTTP/1.1\r\nHost: x\r\n".b, {})
+    assert_operator ObjectSpace.memsize_of(parser), :>=, idle + 100 * 16, "mid-head"
+    assert parser.parse("GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\n\r\n".b, env = {})
+    assert_equal "1", env["HTTP_A"]
+    assert_equal idle, ObjectSpace.memsize_of(parser), "complete"
+    assert_raises(Weft::HTTP1::ParseError) { parser.parse("BAD\r\n\r\n".b, {}) }
+    assert_equal idle, ObjectSpace.memsize_of(parser), "failed"
+    assert parser.parse("GET /again HTTP/1.1\r\nHost: y\r\n\r\n".b, env = {}), "usable after both"
+    assert_equal ["/again", "y"], env.values_at("PATH_INFO", "HTTP_HOST")
+  end
+
   def test_incomplete_returns_nil
     pr = parser
     env = {}

@@ -81,6 +81,42 @@ class ServerRequestBodyTest < Minitest::Test
       socket.write("200\r\n#{'x' * 512}\r\n" * 3)
       assert_equal 413, read_response(socket).status
       assert closed_by_server?(socket)
+
+      # Over the limit with 100-continue: refused without inviting the body.
+      response, socket = raw_request(port, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n")
+      assert_equal 413, response.status
+      assert closed_by_server?(socket)
+    end
+  end
+
+  # A chunk that would take the body past max_body_bytes is refused as soon as its size line
+  # arrives (not after spooling up to the limit), and a size that overflows 63 bits is a 400.
+  def test_huge_chunk_size_is_refused_at_its_size_line
+    with_server(ECHO) do |server, port| # the default limit: 1 GiB
+      assert_equal 1 << 30, server.config[:max_body_bytes]
+      {
+        "7fffffffffffffff" => 413, # fits in 63 bits, far over the limit
+        "40000001" => 413,         # 1 GiB + 1
+        "ffffffffffffffff" => 400, # overflows
+        "1#{'0' * 16}" => 400
+      }.each do |size, status|
+        socket = connect(port)
+        socket.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n#{size}\r\nabc")
+        assert socket.wait_readable(5), "#{size}: answered at once, without waiting for the chunk's data"
+        assert_equal status, read_response(socket).status, size
+        assert closed_by_server?(socket), size
+      end
+    end
+    with_server(ECHO, max_body_bytes: 1000) do |_, port|
+      # The limit counts the whole body: 600 + 500 is refused at the second size line.
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n#{'x' * 600}\r\n1f4\r\n")
+      assert socket.wait_readable(5), "answered at the second size line"
+      assert_equal 413, read_response(socket).status
+      # Exactly the limit is accepted.
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n#{'x' * 600}\r\n190\r\n#{'y' * 400}\r\n0\r\n\r\n")
+      assert_equal "1000", read_response(socket).body.split.first
     end
   end
 end

@@ -36,8 +36,13 @@ module Weft
 
     # Decoder for the chunked transfer coding (C).
     class ChunkedDecoder
-      def initialize(max_chunk_size: nil, max_trailer_bytes: 16_384)
-        _setup(max_chunk_size, max_trailer_bytes)
+      # @param max_chunk_size [Integer, nil] largest single chunk (nil: no limit)
+      # @param max_body_size [Integer, nil] largest body, all chunks together (nil: no limit).
+      #   A chunk that would exceed either is refused with a 413 ParseError as soon as its size
+      #   line is complete, before any of its data arrives.
+      # @param max_trailer_bytes [Integer] largest trailer section
+      def initialize(max_chunk_size: nil, max_body_size: nil, max_trailer_bytes: 16_384)
+        _setup(max_chunk_size, max_body_size, max_trailer_bytes)
       end
     end
   end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "etc"
+require_relative "setting_rules"
 
 module Weft
   class Server
@@ -14,6 +15,10 @@ module Weft
     #   before_fork { DB.disconnect }
     #   after_worker_boot { |index| DB.connect }
     class Config
+      # A setting the server cannot use, or a config file that cannot be loaded. The message is
+      # one line naming the setting (and the file and line, for a config file).
+      class Invalid < ArgumentError; end
+
       # name => default. Timeouts are seconds; sizes are bytes.
       DEFAULTS = {
         binds: [],                 # ["tcp://127.0.0.1:9292", "unix:///tmp/s.sock", "ssl://...?cert=..&key=.."]
@@ -43,6 +48,7 @@ module Weft
         max_headers: 100,
         max_body_bytes: 1 << 30,   # 1 GiB; larger bodies get 413
         spool_threshold: 131_072,  # bodies above this go to a temp file
+        error_summary_interval: 10, # a repeating error is logged in full once, then counted (ErrorLog)
         access_log: nil,           # nil: none; "-": stdout; a path; or an IO
         quiet: false,
         stats_path: nil,           # e.g. "/weft/stats": JSON statistics served by the server
@@ -59,15 +65,6 @@ module Weft
 
       HOOKS = %i[before_fork after_worker_boot before_worker_shutdown on_restart worker_task].freeze
 
-      # Settings checked as they are set, so that a bad value fails at startup in one line:
-      # name => [test, what it must be].
-      CHECKS = {
-        drain_grace: [->(v) { v.is_a?(Numeric) && v >= 0 }, "a number of seconds >= 0"],
-        worker_timeout: [->(v) { v.is_a?(Numeric) && v.positive? }, "a positive number of seconds"],
-        stall_threshold: [->(v) { v.is_a?(Numeric) && v.positive? }, "a positive number of seconds"],
-        request_deadline: [->(v) { v.nil? || (v.is_a?(Numeric) && v.positive? && v.finite?) }, "nil or a positive number of seconds"]
-      }.freeze
-
       attr_reader :options
 
       # @param options [Hash] settings overriding the defaults
@@ -79,17 +76,32 @@ module Weft
 
       # Reads a Ruby config file; its settings override what is already set.
       # @return [self]
+      # @raise [Invalid] naming the file and line of the first bad setting, or of whatever else
+      #   went wrong evaluating it (syntax error, unknown setting, an exception)
       def load_file(path)
-        DSL.new(self).instance_eval(File.read(path), path, 1)
+        source = begin
+          File.read(path)
+        rescue SystemCallError => e
+          raise Invalid, "config file #{path}: #{e.message}"
+        end
+        begin
+          DSL.new(self).instance_eval(source, path, 1)
+        rescue StandardError, ScriptError => e
+          raise Invalid, "#{location_in(path, e)}#{config_file_message(e)}"
+        end
         self
       end
 
+      # Sets several settings (binds and hooks are added to, the others replaced).
       # @return [self]
+      # @raise [Invalid] for an unknown setting or a value it does not accept
       def merge!(options)
         options.each do |key, value|
           key = key.to_sym
           if HOOKS.include?(key) || key == :binds
-            @options[key].concat(Array(value))
+            value = Array(value)
+            self.class.check(key, value)
+            @options[key].concat(value)
           else
             self[key] = value
           end
@@ -101,11 +113,26 @@ module Weft
         @options.fetch(key)
       end
 
+      # @raise [Invalid] for an unknown setting or a value it does not accept
       def []=(key, value)
-        raise ArgumentError, "unknown server option #{key.inspect}" unless DEFAULTS.key?(key)
-        test, expected = CHECKS[key]
-        raise ArgumentError, "#{key} must be #{expected}, got #{value.inspect}" if test && !test.call(value)
-        @options[key] = value
+        self.class.check(key, value)
+        @options[key] = value.is_a?(Array) && key == :binds ? value.dup : value
+      end
+
+      # Adds a listener URL. @raise [Invalid] when it cannot be bound (bad syntax or port,
+      #   unknown host, missing certificate...)
+      # @return [self]
+      def bind(url)
+        merge!(binds: [url])
+      end
+
+      # @raise [Invalid] unless `value` is acceptable for the setting `key`
+      # @return [void]
+      def self.check(key, value)
+        raise Invalid, "unknown server option #{key.inspect}" unless DEFAULTS.key?(key)
+        problem = SettingRules.problem(key, value)
+        return unless problem
+        raise Invalid, key == :binds ? "binds #{problem}" : "#{key} #{value.inspect}: #{problem}"
       end
 
       # @return [Integer] the worker count to run; 0 means no master
@@ -124,6 +151,28 @@ module Weft
         @options.fetch(name).each { |hook| hook.call(*args) }
       end
 
+      private
+
+      # "weft.rb:3: " for the innermost frame of the config file in the error's backtrace (a
+      # SyntaxError carries it in its message instead).
+      def location_in(path, error)
+        return "" if error.is_a?(SyntaxError)
+        frame = (error.backtrace_locations || []).find { |location| location.path == path }
+        frame ? "#{path}:#{frame.lineno}: " : "#{path}: "
+      end
+
+      def config_file_message(error)
+        message = error.message.lines.first.to_s.chomp
+        case error
+        when Invalid then message
+        when NoMethodError, NameError
+          error.receiver.is_a?(DSL) ? "unknown setting #{error.name}" : message
+        else "#{message} (#{error.class})"
+        end
+      rescue ArgumentError # NameError#receiver when there is none
+        message
+      end
+
       # The methods a config file may call. Each setting is a method of the same name.
       class DSL
         def initialize(config)
@@ -136,12 +185,13 @@ module Weft
 
         # Adds a listener: tcp://host:port, unix:///path, ssl://host:port?cert=PATH&key=PATH.
         def bind(url)
-          @config[:binds] << url
+          @config.bind(url)
         end
 
         # Shorthand for bind "tcp://HOST:PORT".
         def port(number, host = "0.0.0.0")
-          bind("tcp://#{host}:#{number}")
+          raise Invalid, "port #{number.inspect}: must be an integer from 0 to 65535" unless BindAddress.port?(number)
+          bind(BindAddress.tcp_url(host, number))
         end
 
         # Sets the Rack app directly (instead of a rackup file).
@@ -150,7 +200,10 @@ module Weft
         end
 
         HOOKS.each do |name|
-          define_method(name) { |&block| @config[name] << block }
+          define_method(name) do |&block|
+            raise Invalid, "#{name}: needs a block" unless block
+            @config.merge!(name => [block])
+          end
         end
       end
     end

@@ -54,17 +54,13 @@ module Weft
         @detached = false
         @handshaken = !listener.ssl?
         @idle_since = Timers.now
+        @head_deadline = nil # while part of a head has arrived: when the rest is due
       end
 
       def inspect
         "#<#{self.class.name} #{@remote_addr} requests=#{@requests}#{' closed' if @closed}>"
       end
       alias to_s inspect
-
-      # @return [Hash] env entries shared by every request on this connection
-      def env_template
-        @env_template ||= @server.env_template(@listener, @remote_addr)
-      end
 
       # @return [#call] rack.hijack (full hijack)
       def hijack_proc
@@ -93,8 +89,17 @@ module Weft
       end
 
       # Called by the IdlePool from the loop fiber when a parked connection stayed silent past
-      # its timeout: keep-alive connections are simply closed (RFC 9112 §9.5). Must not block.
+      # its timeout: keep-alive connections are simply closed (RFC 9112 §9.5). One parked with
+      # part of a request head (see #read_head) gets a 408 first, if the socket takes it at
+      # once. Must not block.
       def idle_expired
+        if @head_deadline
+          @server.statistics.client_error!
+          @io.write_nonblock(ResponseWriter.error_response(408, "request head not received in time"), exception: false)
+        end
+      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
+        nil
+      ensure
         close
       end
 
@@ -147,14 +152,24 @@ module Weft
       # --- I/O primitives used by RequestBody, ResponseWriter and Stream ----------------------
 
       # Appends at least one byte from the socket to `into`, waiting at most `timeout` seconds.
+      # The bytes pass through the server's scratch buffer, so a read allocates no string.
       # @raise [ClientTimeout, ClientGone]
       def read_some(into, timeout)
+        scratch = @server.read_buffer
+        read_into(scratch, timeout)
+        into << scratch # before this fiber can yield, so no other connection overwrites scratch
+      end
+
+      # Replaces the contents of `buffer` with the next bytes from the socket (at least one, at
+      # most READ_SIZE), waiting at most `timeout` seconds. A buffer the caller reuses costs no
+      # allocation per read: a 100 MB upload read into fresh strings left ~80 MB of garbage.
+      # @return [String] buffer
+      # @raise [ClientTimeout, ClientGone]
+      def read_into(buffer, timeout)
         loop do
-          data = @io.read_nonblock(READ_SIZE, exception: false)
-          case data
+          case @io.read_nonblock(READ_SIZE, buffer, exception: false)
           when String
-            into << data
-            return into
+            return buffer
           when :wait_readable
             raise ClientTimeout, "no data within #{timeout}s" unless @socket.wait_readable(timeout)
           when :wait_writable # SSL renegotiation
@@ -195,6 +210,7 @@ module Weft
         loop do
           keep_alive = serve_one
           return if @detached # hijacked: the socket is the app's now
+          return if keep_alive == :parked # the rest of a head will wake it up
           return close unless keep_alive
           @idle_since = Timers.now
           next unless @buffer.empty? # pipelined requests are answered in order
@@ -215,6 +231,12 @@ module Weft
       # where parking costs an epoll registration, a wake-up and a new task (docs/server.md
       # has the measurements).
       #
+      # Only a connection that has carried two requests lingers: one that has not shown it
+      # reuses connections (new, silent, or one request so far) is parked at once. A burst of
+      # new clients would otherwise hold a fiber each for `linger`, and the stacks of fibers
+      # that ran at the same time stay in the process's RSS for good (Ruby keeps freed fiber
+      # stacks for reuse): 5,000 connections opened at once cost 107 MB that way.
+      #
       # `speculative` tries a read before waiting: right for a new or just-woken connection, and
       # for TLS (decrypted bytes may be buffered). Just after a response the next request has
       # almost never arrived yet, so the read would only cost an EAGAIN syscall.
@@ -226,7 +248,7 @@ module Weft
         return true if (speculative || !@io.equal?(@socket)) && fill_now
         return drain if @server.stopping?
         linger = @server.config[:linger]
-        return true if linger&.positive? && @socket.wait_readable(linger) && fill_now
+        return true if linger&.positive? && @requests > 1 && @socket.wait_readable(linger) && fill_now
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
         return drain if @server.stopping? # the stop began while this connection lingered
         @server.park(self, park_timeout)
@@ -250,10 +272,10 @@ module Weft
 
       # @return [Boolean] whether bytes arrived; raises ClientGone at EOF
       def fill_now
-        data = @io.read_nonblock(READ_SIZE, exception: false)
-        case data
+        scratch = @server.read_buffer
+        case @io.read_nonblock(READ_SIZE, scratch, exception: false)
         when String
-          @buffer.empty? ? @buffer = data : @buffer << data
+          @buffer << scratch
           true
         when nil then raise ClientGone, "end of stream"
         else false
@@ -262,9 +284,12 @@ module Weft
         raise ClientGone, e.message
       end
 
-      # Reads, runs and answers one request. @return [Boolean] whether to keep the connection
+      # Reads, runs and answers one request.
+      # @return [Boolean, :parked] whether to keep the connection; :parked when it waits for
+      #   the rest of a head in the IdlePool
       def serve_one
-        env = read_head or return false
+        env = read_head
+        return env unless env.is_a?(Hash)
         @requests += 1
         keep_alive = @parser.keep_alive? && @requests < @server.config[:max_requests_per_connection]
         if (input = read_body(env)).nil?
@@ -274,16 +299,29 @@ module Weft
         @server.call_app(self, env, keep_alive)
       end
 
-      # @return [Hash, nil] the env with the head parsed, or nil after answering an error
+      # A head that is not complete and has no more bytes waiting does not keep a fiber: the
+      # connection is parked in the IdlePool until the rest arrives or header_timeout passes
+      # (#idle_expired answers 408). The parser resumes where it stopped, and fills the env only
+      # once the head is complete. A slowloris client used to hold a fiber per connection for
+      # the whole header_timeout, and Ruby keeps the stacks of fibers that ran at the same time
+      # (3,000 such connections: +64 MB of RSS, for good).
+      # @return [Hash, false, :parked] the env with the head parsed, false after answering an
+      #   error, :parked
       def read_head
         env = @server.new_env(self)
-        deadline = nil
         until (length = @parser.parse(@buffer, env))
-          deadline ||= Timers.now + @server.config[:header_timeout]
-          remaining = deadline - Timers.now
+          @head_deadline ||= Timers.now + @server.config[:header_timeout]
+          remaining = @head_deadline - Timers.now
           raise ClientTimeout, "request head not complete" if remaining <= 0
-          read_some(@buffer, remaining)
+          next if fill_now
+          if @server.stopping?
+            read_some(@buffer, remaining)
+          else
+            @server.park(self, remaining)
+            return :parked
+          end
         end
+        @head_deadline = nil
         # The env holds copies, so a fully consumed buffer is simply reused.
         if length == @buffer.bytesize
           @buffer.clear
@@ -294,7 +332,7 @@ module Weft
       rescue HTTP1::ParseError => e
         @server.statistics.parse_error!
         answer_error(e.status, e.message)
-        nil
+        false
       rescue ClientTimeout
         # Slowloris: only answer a client that sent part of a head.
         answer_error(408, "request head not received in time") unless @buffer.empty?

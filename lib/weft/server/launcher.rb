@@ -19,7 +19,7 @@ module Weft
       def run
         apply_environment
         unless @config[:app] || File.exist?(@config[:rackup])
-          raise ArgumentError, "no Rack app: #{@config[:rackup]} not found"
+          raise Config::Invalid, "no Rack app: #{@config[:rackup]} not found"
         end
         if @config.worker_count.zero?
           run_single

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
-require "uri"
+require_relative "bind_address"
 
 module Weft
   class Server
@@ -14,6 +14,9 @@ module Weft
     # Sockets are created by the master (or the single process) and inherited by forked workers
     # and, across a hot restart, by the re-executed master (fd numbers passed in WEFT_LISTEN_FDS).
     class Listener
+      # The address is valid but the system refused it (in use, permission denied...).
+      class BindError < StandardError; end
+
       # @return [String] the URL it was made from
       attr_reader :url
       # @return [Socket] the listening socket
@@ -26,24 +29,22 @@ module Weft
       # worker listens on a socket of its own in the same group (#reuse_port_sibling), so the
       # kernel hashes new connections evenly over the workers.
       def self.bind(url, backlog: 1024, reuse_port: false)
-        uri = URI.parse(url)
-        case uri.scheme
-        when "tcp", "ssl", "http", "https"
-          host = (uri.hostname.nil? || uri.hostname.empty?) ? "0.0.0.0" : uri.hostname
-          socket = Socket.new(host.include?(":") ? :INET6 : :INET, :STREAM)
-          socket.setsockopt(:SOCKET, :REUSEADDR, true)
-          socket.setsockopt(:SOCKET, :REUSEPORT, true) if reuse_port
-          socket.bind(Addrinfo.tcp(host, uri.port || 9292))
-        when "unix"
-          path = uri.path.to_s.empty? ? uri.opaque.to_s : uri.path
-          File.unlink(path) if File.socket?(path)
-          socket = Socket.new(:UNIX, :STREAM)
-          socket.bind(Addrinfo.unix(path))
-        else
-          raise ArgumentError, "unsupported bind URL #{url.inspect} (tcp://, unix:// or ssl://)"
+        address = BindAddress.parse(url)
+        target = address.addrinfo
+        File.unlink(address.path) if address.unix? && File.socket?(address.path) # left by an earlier run
+        socket = Socket.new(target.afamily, :STREAM)
+        begin
+          unless address.unix?
+            socket.setsockopt(:SOCKET, :REUSEADDR, true)
+            socket.setsockopt(:SOCKET, :REUSEPORT, true) if reuse_port
+          end
+          socket.bind(target)
+          socket.listen(backlog) unless reuse_port && !address.unix?
+        rescue SystemCallError => e
+          socket.close
+          raise BindError, "cannot bind #{url}: #{e.message}"
         end
-        socket.listen(backlog) unless reuse_port && uri.scheme != "unix"
-        new(url, socket)
+        new(url, socket, address)
       end
 
       # Wraps an inherited listening descriptor (hot restart).
@@ -51,17 +52,20 @@ module Weft
         new(url, Socket.for_fd(fd))
       end
 
-      def initialize(url, socket)
+      # @param url [String]
+      # @param socket [Socket] bound (and usually listening)
+      # @param address [BindAddress] the parsed url
+      def initialize(url, socket, address = BindAddress.parse(url))
         @url = url
         @socket = socket
         @socket.close_on_exec = false # kept across a hot restart's exec
-        @uri = URI.parse(url)
-        @unix = @uri.scheme == "unix"
+        @address = address
+        @unix = @address.unix?
         @ssl_context = ssl? ? build_ssl_context : nil
         @scheme = ssl? ? "https" : "http"
-        address = socket.local_address
-        @port = @unix ? "0" : address.ip_port.to_s
-        @host = @unix ? "localhost" : address.ip_address
+        local = socket.local_address
+        @port = @unix ? "0" : local.ip_port.to_s
+        @host = @unix ? "localhost" : local.ip_address
       end
 
       # A second listening socket on the same TCP address (SO_REUSEPORT), for one worker: the
@@ -75,14 +79,14 @@ module Weft
         socket.setsockopt(:SOCKET, :REUSEPORT, true)
         socket.bind(address)
         socket.listen(backlog)
-        sibling = self.class.new(@url, socket)
+        sibling = self.class.new(@url, socket, @address)
         socket.close_on_exec = true # only the shared sockets survive a hot restart
         sibling
       end
 
       # @return [Boolean]
       def ssl?
-        %w[ssl https].include?(@uri.scheme)
+        @address.ssl?
       end
 
       # @return [String] rack.url_scheme
@@ -96,7 +100,7 @@ module Weft
       def bound_url
         return @url if @unix
         host = @host.include?(":") ? "[#{@host}]" : @host
-        "#{@uri.scheme}://#{host}:#{@port}"
+        "#{@address.scheme}://#{host}:#{@port}"
       end
 
       # @return [Socket, nil] an accepted connection, or nil if none is waiting (or the one that
@@ -131,9 +135,7 @@ module Weft
 
       # Removes a Unix socket's file (master only, at final exit).
       def unlink
-        return unless @unix
-        path = @uri.path.to_s.empty? ? @uri.opaque.to_s : @uri.path
-        File.unlink(path) if File.socket?(path)
+        File.unlink(@address.path) if @unix && File.socket?(@address.path)
       rescue SystemCallError
         nil
       end
@@ -142,14 +144,11 @@ module Weft
 
       def build_ssl_context
         require "openssl"
-        params = URI.decode_www_form(@uri.query.to_s).to_h
-        cert = params["cert"] or raise ArgumentError, "#{@url}: ssl:// needs ?cert=PATH&key=PATH"
-        key = params["key"] or raise ArgumentError, "#{@url}: ssl:// needs ?cert=PATH&key=PATH"
         context = OpenSSL::SSL::SSLContext.new
-        chain = File.read(cert).scan(/-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----/m)
+        chain = File.read(@address.cert).scan(/-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----/m)
         context.cert = OpenSSL::X509::Certificate.new(chain.shift)
         context.extra_chain_cert = chain.map { |pem| OpenSSL::X509::Certificate.new(pem) } unless chain.empty?
-        context.key = OpenSSL::PKey.read(File.read(key))
+        context.key = OpenSSL::PKey.read(File.read(@address.key))
         context.min_version = OpenSSL::SSL::TLS1_2_VERSION
         context.alpn_protocols = ["http/1.1"]
         context.freeze

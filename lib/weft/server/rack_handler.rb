@@ -21,17 +21,23 @@ module Weft
         file = ENV["WEFT_CONFIG"] || ("config/weft.rb" if File.exist?("config/weft.rb"))
         config.load_file(file) if file
         config[:app] = app
-        config[:workers] = Integer(ENV.fetch("WEFT_WORKERS", config[:workers] || 0))
+        config[:workers] = workers_from_env(config[:workers])
         config[:preload] = true # the app is already loaded
         if options[:Port] || config[:binds].empty?
-          host = options[:Host] || DEFAULT_OPTIONS[:Host]
-          host = "[#{host}]" if host.include?(":")
           config[:binds].clear
-          config[:binds] << "tcp://#{host}:#{options[:Port] || DEFAULT_OPTIONS[:Port]}"
+          config.bind(BindAddress.tcp_url(options[:Host] || DEFAULT_OPTIONS[:Host], Integer(options[:Port] || DEFAULT_OPTIONS[:Port])))
         end
         config[:environment] = options[:environment] if options[:environment]
         yield config if block_given?
         Launcher.new(config).run
+      end
+
+      # WEFT_WORKERS when set, else the configured count, else a single process.
+      def workers_from_env(configured)
+        value = ENV.fetch("WEFT_WORKERS") { return configured || 0 }
+        Integer(value, 10)
+      rescue ArgumentError
+        raise Config::Invalid, "WEFT_WORKERS #{value.inspect}: must be an integer"
       end
 
       # Options rackup lists in its --help.

@@ -51,23 +51,25 @@ module Weft
         sink = Sink.new(config[:spool_threshold])
         sink << buffer
         buffer.clear
-        chunk = String.new(encoding: Encoding::BINARY)
+        # One buffer for the whole body, not a string per read (see Connection#read_into).
+        chunk = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
         timeout = config[:body_timeout]
         while sink.size < length
-          connection.read_some(chunk, timeout)
+          connection.read_into(chunk, timeout)
           missing = length - sink.size
           if chunk.bytesize > missing # the next pipelined request began
             buffer << chunk.byteslice(missing, chunk.bytesize - missing)
             chunk = chunk.byteslice(0, missing)
           end
           sink << chunk
-          chunk.clear
         end
         sink.input
       end
 
+      # The decoder refuses (413) a chunk that would take the body past the limit as soon as
+      # its size line arrives, so a client announcing a huge chunk is not read from at all.
       def read_chunked(connection, buffer, config, limit)
-        decoder = HTTP1::ChunkedDecoder.new
+        decoder = HTTP1::ChunkedDecoder.new(max_body_size: limit)
         sink = Sink.new(config[:spool_threshold])
         decoded = String.new(encoding: Encoding::BINARY)
         timeout = config[:body_timeout]
@@ -75,7 +77,6 @@ module Weft
           done = decoder.decode(buffer, decoded)
           sink << decoded
           decoded.clear
-          raise TooLarge, "chunked body over the limit of #{limit} bytes" if sink.size > limit
           break if done
           connection.read_some(buffer, timeout)
         end

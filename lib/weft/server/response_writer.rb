@@ -180,9 +180,14 @@ module Weft
       # A short plain-text response for errors detected by the server itself, which always
       # closes the connection afterwards.
       def write_error(connection, status, message)
+        connection.write(error_response(status, message))
+      end
+
+      # @return [String] the bytes of such an error response
+      def error_response(status, message)
         body = "#{Rack::Utils::HTTP_STATUS_CODES[status]}: #{message}\n"
-        connection.write("#{STATUS_LINES[status]}content-type: text/plain\r\ncontent-length: #{body.bytesize}\r\n" \
-                         "connection: close\r\ndate: #{Server.http_date}\r\n\r\n#{body}")
+        "#{STATUS_LINES[status]}content-type: text/plain\r\ncontent-length: #{body.bytesize}\r\n" \
+          "connection: close\r\ndate: #{Server.http_date}\r\n\r\n#{body}"
       end
     end
   end

@@ -6,6 +6,8 @@ module Weft
     # partial hijack callback: raw bytes in both directions over the connection, after the
     # response head. The app owns it and closes it.
     class Stream
+      READ_SIZE = 16_384
+
       def initialize(connection)
         @connection = connection
         @io = connection.hijack
@@ -16,14 +18,15 @@ module Weft
         "#<#{self.class.name} #{@connection.inspect}>"
       end
 
-      # Reads up to `length` bytes (all until EOF when nil), like IO#read.
+      # Reads up to `length` bytes (all until EOF when nil), like IO#read. Socket reads go
+      # through one scratch buffer per stream rather than a new string each.
       def read(length = nil, buffer = nil)
         data = String.new(encoding: Encoding::BINARY)
         data << @pending.slice!(0, length || @pending.bytesize)
+        scratch = (@scratch ||= String.new(capacity: READ_SIZE, encoding: Encoding::BINARY))
         begin
           while length.nil? || data.bytesize < length
-            chunk = @io.readpartial(length ? length - data.bytesize : 16_384)
-            data << chunk
+            data << @io.readpartial(length ? [length - data.bytesize, READ_SIZE].min : READ_SIZE, scratch)
             break if length && data.bytesize >= length
           end
         rescue EOFError, IOError, SystemCallError
@@ -34,7 +37,7 @@ module Weft
       end
 
       # Reads whatever is available, waiting for at least one byte; raises EOFError at the end.
-      def read_partial(length = 16_384)
+      def read_partial(length = READ_SIZE)
         return @pending.slice!(0, length) unless @pending.empty?
         @io.readpartial(length)
       end
