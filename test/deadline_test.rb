@@ -7,16 +7,6 @@ class DeadlineTest < Minitest::Test
     Weft::Timers.now
   end
 
-  # Runs the block and returns [its value or the exception it raised, seconds it took].
-  def timed
-    started = now
-    outcome = begin
-      yield
-    rescue Exception => e # rubocop:disable Lint/RescueException
-      e
-    end
-    [outcome, now - started]
-  end
 
   # --- the value type ------------------------------------------------------------------------
 

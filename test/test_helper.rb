@@ -10,6 +10,7 @@ end
 
 require "minitest/autorun"
 require "socket"
+require "stringio"
 
 require "weft" if File.exist?(File.join(root, "lib", "weft.rb"))
 
@@ -185,6 +186,29 @@ module Weft
             .compact.join(": ")
         }
         value
+      end
+
+      # Runs the block and returns [its value or the exception it raised, seconds it took], for
+      # tests that assert both what happened and when.
+      def timed
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        outcome = begin
+          yield
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          e
+        end
+        [outcome, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started]
+      end
+
+      # @return [String] what Weft.logger logged while the block ran
+      def capture_log
+        log = StringIO.new
+        previous = Weft.logger
+        Weft.logger = Logger.new(log)
+        yield
+        log.string
+      ensure
+        Weft.logger = previous
       end
 
       # A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it).

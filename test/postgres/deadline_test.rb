@@ -108,16 +108,6 @@ class PostgresDeadlineTest < Minitest::Test
     Weft::Timers.now
   end
 
-  # [the block's value or the exception it raised, seconds it took]
-  def timed
-    started = now
-    outcome = begin
-      yield
-    rescue Exception => e # rubocop:disable Lint/RescueException
-      e
-    end
-    [outcome, now - started]
-  end
 
   def assert_deadline_error(outcome, took, deadline)
     assert_kind_of Weft::DeadlineExceeded, outcome

@@ -12,16 +12,6 @@ class HedgeTest < Minitest::Test
     Weft::Timers.now
   end
 
-  # Runs the block and returns [its value or the exception it raised, seconds it took].
-  def timed
-    started = now
-    outcome = begin
-      yield
-    rescue Exception => e # rubocop:disable Lint/RescueException
-      e
-    end
-    [outcome, now - started]
-  end
 
   def test_a_hedge_cuts_a_slow_first_attempt_over_real_sockets
     # Two replicas of one service; the first stalls for a second, as behind a GC pause.

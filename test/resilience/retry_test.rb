@@ -12,16 +12,6 @@ class RetryTest < Minitest::Test
     Weft::Timers.now
   end
 
-  # Runs the block and returns [its value or the exception it raised, seconds it took].
-  def timed
-    started = now
-    outcome = begin
-      yield
-    rescue Exception => e # rubocop:disable Lint/RescueException
-      e
-    end
-    [outcome, now - started]
-  end
 
   def unlimited
     Weft::RetryBudget.new(ratio: 1, min_per_second: 1000)

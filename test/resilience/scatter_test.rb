@@ -12,27 +12,6 @@ class ScatterTest < Minitest::Test
     Weft::Timers.now
   end
 
-  # Runs the block and returns [its value or the exception it raised, seconds it took].
-  def timed
-    started = now
-    outcome = begin
-      yield
-    rescue Exception => e # rubocop:disable Lint/RescueException
-      e
-    end
-    [outcome, now - started]
-  end
-
-  # @return [String] what Weft.logger logged while the block ran
-  def capture_log
-    log = StringIO.new
-    previous = Weft.logger
-    Weft.logger = Logger.new(log)
-    yield
-    log.string
-  ensure
-    Weft.logger = previous
-  end
 
   # --- the ring-pool case: real shards over real sockets -----------------------------------------
 

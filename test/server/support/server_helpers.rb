@@ -37,17 +37,6 @@ module Weft
         end
       end
 
-      # @return [String] what Weft.logger logged while the block ran
-      def capture_log
-        log = StringIO.new
-        previous = Weft.logger
-        Weft.logger = Logger.new(log)
-        yield
-        log.string
-      ensure
-        Weft.logger = previous
-      end
-
       def http_get(port, path = "/", headers = {})
         Net::HTTP.start("127.0.0.1", port) { |http| http.get(path, headers) }
       end
