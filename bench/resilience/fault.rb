@@ -10,11 +10,12 @@
 # under `weft serve -w 0`, sets the fault window on shard 2, and drives the app with `hey` at a
 # fixed rate. hey's -q paces each of its workers with a ticker, and the workers of one hey
 # process tick in step (a burst of c requests every 1/q seconds), so the load is
-# RATE / WORKER_RATE hey processes of one worker each, started 1/RATE seconds apart: one request
-# every 1/RATE seconds, evenly spaced. A worker's interval (1/WORKER_RATE, 0.5 s) is ten times
-# the slowest answer expected (the 50 ms deadline), so a slow answer never holds a worker past
-# its next tick: the rate does not fall when the app slows down (open loop). The report shows
-# the achieved rate per second and the spacing of the requests to prove it.
+# RATE / WORKER_RATE hey processes of one worker each, their ticks planned 1/RATE seconds apart
+# (how evenly they land depends on how long each Go program takes to start; the report shows
+# the spacing the app saw). A worker's interval (1/WORKER_RATE, 0.5 s) is ten times the slowest
+# answer expected (the 50 ms deadline), so a slow answer never holds a worker past its next
+# tick: the rate does not fall when the app slows down (open loop). The report shows the
+# achieved rate per second.
 #
 # Environment (seconds unless said): RATE (100 requests/s), WORKER_RATE (2 requests/s per hey
 # process), WARMUP (3), HEALTHY (6), SLOW (10), HEALED (12), DEADLINE (0.05), SLOW_DELAY (2),
@@ -41,7 +42,7 @@ module FaultBench
   # The breakers, tuned so that a whole cycle fits in a run of a minute. Both open after 20
   # failures when every call fails (Weft: half of its last 40 calls; Semian: 20 errors within
   # 2 s), 0.2 s into the fault at 100 requests/s, yet not on one stall of the machine (a 50 ms
-  # stall fails about 5 calls). Both stay open 2 s and count a call slower than 25 ms against
+  # stall fails 5 to 10 calls). Both stay open 2 s and count a call slower than 25 ms against
   # the shard (Weft: slow_call; Semian has no slow-call rate, so the deadline's error is its
   # failure signal, and a half-open call gets a 25 ms timeout). Weft then ramps over 6 s (2 s
   # per step) and judges each step after 5 outcomes; Semian goes half-open, lets every call
@@ -71,6 +72,9 @@ module FaultBench
       @healed = Integer(env.fetch("HEALED", "12"))
       @deadline = Float(env.fetch("DEADLINE", "0.05"))
       @slow_delay = Float(env.fetch("SLOW_DELAY", "2"))
+      unless [@warmup, @healthy, @healed].all? { |seconds| seconds >= 0 } && @slow >= 1
+        raise ArgumentError, "WARMUP, HEALTHY and HEALED must be 0 or more, SLOW 1 or more"
+      end
       @variants = env.fetch("VARIANTS", "weft,semian,deadline").split(",")
       unknown = @variants - BREAKERS.keys
       raise ArgumentError, "unknown VARIANTS #{unknown.join(', ')} (known: #{BREAKERS.keys.join(', ')})" unless unknown.empty?
@@ -189,29 +193,31 @@ module FaultBench
       # A whole second, so the bins match the shards' by-second counts.
       t0 = (Processes.now + 1 + SPAWN_SPREAD / @config.worker_rate).ceil
       slow_from = t0 + @config.slow_seconds.begin
-      control(sockets[SLOW_SHARD]).post("/fault", query: { from: slow_from, until: slow_from + @config.slow, delay: @config.slow_delay })
+      control("unix://#{sockets[SLOW_SHARD]}", :post, "/fault",
+              query: { from: slow_from, until: slow_from + @config.slow, delay: @config.slow_delay })
       cpu_before = cpu_seconds
       children_before = Process.times
       sampler = Thread.new { sample_machine(t0) }
       requests = run_hey(t0) do
         # The end of the warm-up: the breakers start afresh (the cold start may have tripped them).
         sleep([t0 + @config.warmup - Processes.now, 0].max)
-        control_app.post("/reset")
+        control(app_url, :post, "/reset")
       end
       machine = sampler.value
       children = Process.times
-      app = JSON.parse(control_app.get("/report").body)
-      arrivals = JSON.parse(control(sockets[SLOW_SHARD]).get("/arrivals").body)
+      app = JSON.parse(control(app_url, :get, "/report"))
+      arrivals = JSON.parse(control("unix://#{sockets[SLOW_SHARD]}", :get, "/arrivals"))
       cpu_after = cpu_seconds
       result = {
-        variant: @variant, round: @round, load_before: load_before, t0: t0, requests: requests, fanouts: app.fetch("fanouts"), changes: app.fetch("changes"),
-        gc: app.fetch("gc"), machine: machine,
-        arrivals: arrivals, app_cpu: cpu_after[0] - cpu_before[0], shards_cpu: cpu_after[1] - cpu_before[1],
+        variant: @variant, round: @round, load_before: load_before, t0: t0, requests: requests,
+        fanouts: app.fetch("fanouts"), changes: app.fetch("changes"), gc: app.fetch("gc"), arrivals: arrivals,
+        machine: machine, app_cpu: cpu_after[0] - cpu_before[0], shards_cpu: cpu_after[1] - cpu_before[1],
         hey_cpu: children.cutime + children.cstime - children_before.cutime - children_before.cstime,
         loadavg: File.read("/proc/loadavg").split.first(3).join(" ")
       }
       File.write(File.join(@dir, "run.json"), JSON.generate(result))
     ensure
+      sampler&.kill
       @pids.each { |pid| Processes.stop(pid) }
     end
 
@@ -257,12 +263,19 @@ module FaultBench
       sockets
     end
 
-    def control(socket)
-      Weft::HTTP::Client.new("unix://#{socket}", deadline: 10)
+    def app_url
+      "http://127.0.0.1:#{@port}"
     end
 
-    def control_app
-      Weft::HTTP::Client.new("http://127.0.0.1:#{@port}", deadline: 30)
+    # One control request (not load) to a shard or the app.
+    # @return [String] the response's body
+    def control(base_url, method, path, **options)
+      client = Weft::HTTP::Client.new(base_url, deadline: 30)
+      response = client.request(method, path, **options)
+      raise "#{method.upcase} #{base_url}#{path}: #{response.status}" unless response.status < 300
+      response.body
+    ensure
+      client&.close
     end
 
     # Starts the hey processes so that their ticks fall on t0, t0 + 1/RATE, ... modulo a
@@ -270,7 +283,8 @@ module FaultBench
     # (n_k from 1 to SPAWN_SPREAD), so that the processes' start-up, some 50 ms of CPU each,
     # is spread over a few seconds before t0 rather than crammed into one interval; the load
     # ramps up meanwhile. Calls the block (hey runs meanwhile) and waits for them all.
-    # @return [Array<Array(Float, Float, Integer)>] per request: wall-clock start, seconds, status
+    # @return [Array<Array(Float, Float, Integer, Integer)>] per request: wall-clock start (as
+    #   near as the process's start tells), seconds, status, hey process
     def run_hey(t0)
       interval = 1 / @config.worker_rate
       url = "http://127.0.0.1:#{@port}/"
@@ -283,11 +297,15 @@ module FaultBench
         sleep(start - Processes.now) if start > Processes.now
         csv = File.join(@dir, "hey#{index}.csv")
         # GOGC=off: a run allocates a few MB, and a collector in each of 50 processes costs CPU.
+        # The header names the process to the app, which records it, so that the report can pair
+        # each of hey's requests with the app's record of it.
         pid = Process.spawn({ "GOGC" => "off" }, "hey", "-c", "1", "-q", @config.worker_rate.to_s, "-z", "#{seconds}s",
-                            "-t", "10", "-cpus", "1", "-o", "csv", url, out: csv, err: File.join(@dir, "hey#{index}.err"))
+                            "-t", "10", "-cpus", "1", "-H", "x-load-worker: #{index}", "-o", "csv", url,
+                            out: csv, err: File.join(@dir, "hey#{index}.err"))
         running << pid
-        # hey's offsets count from its start, a millisecond or so after this.
-        [Processes.now, csv]
+        # hey's offsets count from its start, some milliseconds after this (the report measures
+        # how many by pairing the requests with the app's records).
+        [Processes.now, csv, index]
       end
       yield
       Timeout.timeout(@config.duration + 60) do
@@ -296,7 +314,7 @@ module FaultBench
           running.shift
         end
       end
-      runs.flat_map { |started, csv| read_csv(csv, started) }
+      runs.flat_map { |started, csv, index| read_csv(csv, started, index) }
     ensure
       running&.each do |pid|
         Process.kill(:KILL, pid)
@@ -307,10 +325,10 @@ module FaultBench
     end
 
     # hey's CSV: response-time,DNS+dialup,DNS,Request-write,Response-delay,Response-read,status-code,offset
-    def read_csv(path, started)
+    def read_csv(path, started, worker)
       File.readlines(path).drop(1).map do |line|
         fields = line.split(",")
-        [started + Float(fields[7]), Float(fields[0]), Integer(fields[6])]
+        [started + Float(fields[7]), Float(fields[0]), Integer(fields[6]), worker]
       end
     end
   end

@@ -42,9 +42,9 @@ WALL_CLOCK = -> { Process.clock_gettime(Process::CLOCK_REALTIME) }
 RUN_DELAY = -> { File.read("/proc/thread-self/schedstat").split[1].to_i / 1e9 }
 
 # Every fan-out ([wall-clock start, seconds, letters, garbage collections that ran during it,
-# seconds the thread waited for a CPU during it]) and every change of a breaker's state
-# ([wall clock, shard, state, generation]), kept in memory for /report: a run is a minute of
-# ~100 requests a second. One process (-w 0), so one copy.
+# seconds the thread waited for a CPU during it, the hey process that sent it]) and every
+# change of a breaker's state ([wall clock, shard, state, generation]), kept in memory for
+# /report: a run is half a minute of 100 requests a second. One process (-w 0), so one copy.
 FANOUTS = []
 CHANGES = []
 
@@ -176,7 +176,7 @@ run lambda { |env|
       SHARDS[index].call
     end.join
     FANOUTS << [wall, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, letters, GC.count - gc_runs,
-                RUN_DELAY.call - waited]
+                RUN_DELAY.call - waited, env["HTTP_X_LOAD_WORKER"]&.to_i]
     [200, { "content-type" => "text/plain" }, [letters]]
   when "/reset"
     Generation.next!

@@ -17,6 +17,11 @@ module FaultBench
     # The outcome letters of a call to a shard (see fault_app.ru).
     LETTERS = %w[A F R C N].freeze
 
+    # One of hey's requests, placed on the app's clock: `at` is when the app started the fan-out
+    # (the record it is paired with, `fanout`), or hey's own start time moved by its process's
+    # offset when no record pairs with it.
+    Request = Struct.new(:at, :latency, :status, :fanout)
+
     # One second of one run.
     Second = Struct.new(:t, :phase, :latencies, :statuses, :server, :letters, :others, :arrivals, :machine,
                         keyword_init: true) do
@@ -75,11 +80,11 @@ module FaultBench
         Second.new(t: t, phase: @config.phase(t), latencies: [], statuses: [], server: [], letters: [], others: 0,
                    arrivals: arrivals.fetch(t0 + t, 0), machine: run[:machine][t])
       end
-      run[:requests].each do |start, seconds, status|
-        bin = bins[(start - t0).floor] if start >= t0
+      align(run).first.each do |request|
+        bin = bins[(request.at - t0).floor] if request.at >= t0
         next unless bin
-        bin.latencies << seconds
-        bin.statuses << status
+        bin.latencies << request.latency
+        bin.statuses << request.status
       end
       run[:fanouts].each do |start, seconds, letters|
         bin = bins[(start - t0).floor] if start >= t0
@@ -94,10 +99,47 @@ module FaultBench
       end
     end
 
+    # hey's start times are the driver's clock when it spawned each process plus hey's offset,
+    # which counts from a moment some milliseconds later (the Go program's start), so they run
+    # early by a different amount per process. Each request is paired with the app's record of
+    # it (same process, the nearest start) and placed at that record's start.
+    # @return [Array(Array<Request>, Array<Float>)] the requests, and each process's offset
+    def align(run)
+      (@aligned ||= {}.compare_by_identity)[run] ||= begin
+        fanouts = run[:fanouts].group_by { |fanout| fanout[5] }.transform_values { |list| list.sort_by(&:first) }
+        offsets = []
+        requests = run[:requests].group_by { |request| request[3] }.flat_map do |worker, list|
+          records = fanouts.fetch(worker, [])
+          starts = records.map(&:first)
+          # Requests of one process are 1/WORKER_RATE apart, so within a quarter of that the
+          # nearest record is the request's own.
+          window = 0.25 / @config.worker_rate
+          offset = median(list.filter_map { |start, *| (index = nearest(starts, start, window)) && starts[index] - start })
+          offsets << offset if offset
+          list.map do |start, latency, status, _|
+            index = offset && nearest(starts, start + offset, 0.02)
+            Request.new(index ? starts[index] : start + (offset || 0), latency, status, index && records[index])
+          end
+        end
+        [requests, offsets.sort]
+      end
+    end
+
+    # @return [Integer, nil] the index of the value in `sorted` nearest to `value`, if within
+    def nearest(sorted, value, within)
+      after = sorted.bsearch_index { |x| x >= value } || sorted.size
+      index = [after - 1, after].select { |i| i >= 0 && i < sorted.size }.min_by { |i| (sorted[i] - value).abs }
+      index if index && (sorted[index] - value).abs <= within
+    end
+
+    def median(values)
+      values.empty? ? nil : values.sort[values.size / 2]
+    end
+
     def setup
       c = @config
       <<~TEXT
-        Versions: semian #{gem_version('semian')}, hey #{`dpkg-query -W -f='${Version}' hey 2>/dev/null`.strip}.
+        Peer and load tool: semian #{gem_version('semian')}, hey #{`dpkg-query -W -f='${Version}' hey 2>/dev/null`.strip} (Debian).
 
         `uptime` before the run: `#{@uptime_before}`; after: `#{@uptime_after}`.#{shared_note}
 
@@ -164,38 +206,51 @@ module FaultBench
        "#{over} of #{latencies.size}", worst_p99 <= @limit ? "**yes**" : "**no**"]
     end
 
-    # Where the slow phase's late requests lost their time.
+    # Where the slow phase's late requests lost their time, from the app's record of each.
     def late_requests(run)
-      slow = phase_seconds(run[:variant], "slow")
-      late = slow.sum { |second| second.latencies.count { |latency| latency > @limit } }
-      return if late.zero?
-      range = (run[:t0] + @config.slow_seconds.begin)...(run[:t0] + @config.slow_seconds.end)
-      fanouts = run[:fanouts].select { |start, seconds, *| range.cover?(start) && seconds > @limit }
-      waited = fanouts.count { |*, wait| wait >= CPU_WAIT }
-      collected = fanouts.count { |*, gc_runs, _| gc_runs.positive? }
-      busiest = slow.select { |second| (pct(second.latencies, 0.99) || 0) > @limit }.map do |second|
-        format("second %d (p99 %s, the app kept off the CPU %s, machine %s busy)", second.t, ms(pct(second.latencies, 0.99)),
-               ms(second.machine[:app_wait]), percent(second.machine[:busy]))
+      slow = (run[:t0] + @config.slow_seconds.begin)...(run[:t0] + @config.slow_seconds.end)
+      late = align(run).first.select { |request| slow.cover?(request.at) && request.latency > @limit }
+      return if late.empty?
+      paired = late.select(&:fanout)
+      inside = paired.select { |request| request.fanout[1] > @limit }
+      outside = paired - inside
+      text = "**#{LABELS.fetch(run[:variant])}**: #{late.size} requests over #{ms(@limit)} in the slow phase"
+      unless inside.empty?
+        waited = inside.count { |request| request.fanout[4] >= CPU_WAIT }
+        collected = inside.count { |request| request.fanout[3].positive? }
+        text += ". Late inside the scatter: #{inside.size} (the app's thread waited #{ms(CPU_WAIT)} or more for a " \
+                "CPU during #{waited} of these, a garbage collection ran during #{collected})"
       end
-      text = "**#{LABELS.fetch(run[:variant])}**: #{late} requests over #{ms(@limit)} as hey saw them; inside the app, " \
-             "#{fanouts.size} scatters took over #{ms(@limit)}"
-      text += ", #{waited} of them while the app's thread waited #{ms(CPU_WAIT)} or more for a CPU and " \
-              "#{collected} with a garbage collection during them" unless fanouts.empty?
-      text += ". The other #{late - fanouts.size} lost their time outside the scatter (waiting in the app's server " \
-              "before the handler ran, in the kernel, or in hey itself)" if late > fanouts.size
-      text += ". Seconds whose p99 was over: #{busiest.join('; ')}" unless busiest.empty?
+      unless outside.empty?
+        lost = outside.map { |request| request.latency - request.fanout[1] }.sort
+        text += ". Scatter done in time, but #{ms(lost.first)} to #{ms(lost.last)} lost outside it (in the app's " \
+                "server before or after the handler, in the kernel, or in hey): #{outside.size}"
+      end
+      text += ". Not paired with the app's record: #{late.size - paired.size}" if paired.size < late.size
+      busiest = phase_seconds(run[:variant], "slow").select { |second| (pct(second.latencies, 0.99) || 0) > @limit }
+      unless busiest.empty?
+        text += ". Seconds whose p99 was over: " + busiest.map do |second|
+          format("%d (p99 %s; the app's thread waited %s for a CPU in that second, the machine was %s busy)",
+                 second.t, ms(pct(second.latencies, 0.99)), ms(second.machine[:app_wait]), percent(second.machine[:busy]))
+        end.join("; ")
+      end
       "#{text}."
     end
 
     def summaries
       rows = @runs.flat_map do |run|
-        PHASES.map do |phase|
+        PHASES.filter_map do |phase|
           seconds = phase_seconds(run[:variant], phase)
+          next if seconds.empty?
           latencies = seconds.flat_map(&:latencies).sort
           server = seconds.flat_map(&:server).sort
           outcomes = seconds.flat_map(&:letters).tally
+          range = (run[:t0] + seconds.first.t)...(run[:t0] + seconds.last.t + 1)
+          outside = align(run).first.select { |request| request.fanout && range.cover?(request.at) }
+                              .map { |request| request.latency - request.fanout[1] }.sort
           [LABELS.fetch(run[:variant]), phase, latencies.size, ms(pct(latencies, 0.5)), ms(pct(latencies, 0.99)),
-           ms(pct(latencies, 0.999)), ms(latencies.last), ms(pct(server, 0.99)), percent(self.class.admitted(outcomes)),
+           ms(pct(latencies, 0.999)), ms(latencies.last), ms(pct(server, 0.99)),
+           "#{ms(pct(outside, 0.5))} / #{ms(pct(outside, 0.99))}", percent(self.class.admitted(outcomes)),
            LETTERS.map { |letter| outcomes.fetch(letter, 0) }.join(" / "), seconds.sum(&:others)]
         end
       end
@@ -207,14 +262,16 @@ module FaultBench
       ["## By phase",
        <<~TEXT.strip,
          Latency is the fan-out's as hey measured it (request written to response read, over loopback
-         TCP); "app p99" is the scatter alone, timed inside the app. Calls to shard #{SLOW_SHARD}:
+         TCP); "app p99" is the scatter alone, timed inside the app; "outside" is a request's latency
+         less its scatter's (the app's server, the kernel and hey). Calls to shard #{SLOW_SHARD}:
          A answered, F ran and failed (the deadline passed), R refused by the breaker, C cancelled by
          the scatter before the call saw its own deadline (so the breaker did not count it), N not run:
          the deadline passed before the call's task started (the app was kept from running for the
          whole deadline). "admitted" is (A + F + C) / (A + F + C + R). The last column counts the calls
          to the three healthy shards that were not answered.
        TEXT
-       table(["variant", "phase", "requests", "p50", "p99", "p99.9", "max", "app p99", "shard #{SLOW_SHARD} admitted",
+       table(["variant", "phase", "requests", "p50", "p99", "p99.9", "max", "app p99", "outside p50 / p99",
+              "shard #{SLOW_SHARD} admitted",
               "shard #{SLOW_SHARD} A / F / R / C / N", "other shards not A"], rows),
        "CPU used while the load ran (#{@config.duration} s, and hey's start before it, on #{Etc.nprocessors} cores): " \
        "#{cpu.join('; ')}."]
@@ -229,7 +286,7 @@ module FaultBench
         values = @seconds.fetch(run[:variant]).map { |second| pct(second.latencies, 0.99)&.*(1000) }
         sections << "p99 of the fan-out per second, ms, #{LABELS.fetch(run[:variant])} (◀ the limit, " \
                     "#{ms(@limit)}; ▲ off the chart)\n\n" \
-                    "```\n#{column_chart(values, step: 10, rows: 9, mark: @limit * 1000)}\n```"
+                    "```\n#{column_chart(values, step: 10, rows: 9, mark: (@limit * 1000).round(6))}\n```"
       end
       @runs.each do |run|
         next if run[:variant] == "deadline"
@@ -285,8 +342,10 @@ module FaultBench
         served = seconds.map(&:served)
         timeline = run[:t0]...(run[:t0] + @config.duration)
         gaps = run[:fanouts].map(&:first).select { |start| timeline.cover?(start) }.sort.each_cons(2).map { |a, b| b - a }.sort
+        requests, offsets = align(run)
         [LABELS.fetch(run[:variant]), sent.sum, "#{sent.min}–#{sent.max}", served.sum, "#{served.min}–#{served.max}",
-         ms(pct(gaps, 0.01)), ms(pct(gaps, 0.5)), ms(pct(gaps, 0.99)), ms(gaps.last)]
+         ms(pct(gaps, 0.01)), ms(pct(gaps, 0.5)), ms(pct(gaps, 0.99)), ms(gaps.last),
+         "#{requests.count(&:fanout)} of #{requests.size}", "#{ms(offsets.first)} – #{ms(offsets.last)}"]
       end
       ["## The load",
        <<~TEXT.strip,
@@ -296,10 +355,13 @@ module FaultBench
          start, and a Go program takes a different few milliseconds to start each time (tens on a
          busy machine), so the processes' phases drift from the plan and the spacing is uneven:
          a fixed pattern with some requests arriving together, repeating every
-         #{ms(1 / @config.worker_rate)} whatever the app does.
+         #{ms(1 / @config.worker_rate)} whatever the app does. Each of hey's requests is paired with the
+         app's record of it (by hey process and time) and binned by when the app started it; the
+         last column is, over the hey processes, how much earlier hey's own account put its
+         requests (the process's start as the driver saw it, plus hey's offsets).
        TEXT
        table(["variant", "sent", "sent per second", "served", "served per second", "gap p1", "gap p50", "gap p99",
-              "gap max"], rows)]
+              "gap max", "paired", "hey's times early by"], rows)]
     end
 
     def phase_seconds(variant, phase)
