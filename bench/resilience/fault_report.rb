@@ -64,7 +64,7 @@ module FaultBench
 
     def write(path)
       report = Bench::Report.new("Resilience: the fault scenario (one shard slow, then healed)",
-                                 command: ["bench/resilience/fault", @config.environment].reject(&:empty?).join(" "))
+                                 command: [@config.environment, "bench/resilience/fault"].reject(&:empty?).join(" "))
       [setup, verdict, summaries, charts, per_second, changes, load_shape].flatten.each { |section| report.paragraph(section) }
       report.write(path)
     end
@@ -175,9 +175,18 @@ module FaultBench
 
     def shared_note
       load = @uptime_before[/load average: ([\d.]+)/, 1].to_f
-      return "" if load < 0.5
-      " The machine was shared with other jobs (a 1-minute load of #{load} on #{Etc.nprocessors} cores " \
-        "before the run started); the \"machine busy\" column of the per-second tables shows how busy it was."
+      # The benchmark's own share of the machine: its processes' CPU time over the time they ran.
+      cpu = @runs.sum { |run| run[:app_cpu] + run[:shards_cpu] + run[:hey_cpu] }
+      wall = @runs.size * (@config.duration + SPAWN_SPREAD / @config.worker_rate)
+      busy = "the \"machine busy\" column of the per-second tables shows how busy the machine was, this " \
+             "benchmark included (its processes kept #{percent(cpu / wall / Etc.nprocessors)} of the " \
+             "#{Etc.nprocessors} cores busy)"
+      if load >= 1
+        " The machine was shared with other jobs (a 1-minute load of #{load} on #{Etc.nprocessors} cores before " \
+          "the run started); #{busy}."
+      else
+        " A 1-minute load of #{load} before the run: little else was running; #{busy}."
+      end
     end
 
     def verdict
@@ -223,8 +232,8 @@ module FaultBench
       end
       unless outside.empty?
         lost = outside.map { |request| request.latency - request.fanout[1] }.sort
-        text += ". Scatter done in time, but #{ms(lost.first)} to #{ms(lost.last)} lost outside it (in the app's " \
-                "server before or after the handler, in the kernel, or in hey): #{outside.size}"
+        text += ". Scatter within #{ms(@limit)}, the rest lost outside it (#{ms(lost.first)} to #{ms(lost.last)}, in " \
+                "the app's server before or after the handler, in the kernel, or in hey): #{outside.size}"
       end
       text += ". Not paired with the app's record: #{late.size - paired.size}" if paired.size < late.size
       busiest = phase_seconds(run[:variant], "slow").select { |second| (pct(second.latencies, 0.99) || 0) > @limit }
