@@ -15,8 +15,9 @@ require_relative "proxy"
 module Weft
   module HTTP
     # A persistent HTTP/1.1 client: one pool of keep-alive connections per origin, TLS with
-    # verification and session resumption, timeouts and a total deadline, gzip, opt-in
-    # redirects, proxies from the environment.
+    # verification and session resumption, timeouts and a total deadline (which the caller's
+    # Weft.deadline shortens), a limit on buffered bodies, gzip, opt-in redirects, proxies from
+    # the environment.
     #
     #   client = Weft::HTTP::Client.new("https://api.example.com", deadline: 5)
     #   client.get("/users/1").body
@@ -29,11 +30,18 @@ module Weft
     class Client
       DEFAULTS = {
         limit: 64, idle_timeout: 5, max_requests: 1000, max_age: nil,
-        connect_timeout: 10, read_timeout: 30, write_timeout: 30, pool_timeout: nil, deadline: nil,
+        connect_timeout: 10, read_timeout: 30, write_timeout: 30, pool_timeout: nil,
+        header_timeout: 30, body_timeout: nil, deadline: 60, max_body_size: 64 * 1024 * 1024,
         follow: 0, decompress: true, ssl: {}, proxy: :env, headers: {}
       }.freeze
+      # Options a single request may override.
+      REQUEST_OPTIONS = %i[connect_timeout read_timeout write_timeout pool_timeout header_timeout body_timeout
+                           deadline max_body_size follow].freeze
+      # Options that are a number of seconds (or nil for no limit).
+      SECONDS = %i[idle_timeout max_age connect_timeout read_timeout write_timeout pool_timeout header_timeout
+                   body_timeout deadline].freeze
       REDIRECT_DRAIN_LIMIT = 65_536
-      private_constant :REDIRECT_DRAIN_LIMIT
+      private_constant :SECONDS, :REDIRECT_DRAIN_LIMIT
 
       # @return [URI::Generic, nil] the base URL relative request URLs resolve against
       attr_reader :base_url
@@ -49,7 +57,14 @@ module Weft
       # @param write_timeout [Numeric, nil] each write
       # @param pool_timeout [Numeric, nil] waiting for a connection when `limit` are in use
       #   (defaults to connect_timeout)
-      # @param deadline [Numeric, nil] the whole request, redirects and retry included
+      # @param header_timeout [Numeric, nil] from the request sent to the whole response head
+      #   (defaults to read_timeout): a server trickling its head cannot stretch it
+      # @param body_timeout [Numeric, nil] from the response head to the end of the body
+      # @param deadline [Numeric, nil] the whole request, redirects and retry included (60 s by
+      #   default; nil for none). A Weft.deadline around the request, or around the task that
+      #   made it, shortens it.
+      # @param max_body_size [Integer, nil] the most bytes Response#body holds (64 MiB by
+      #   default; nil for no limit); streaming with Response#each_chunk is not limited
       # @param follow [Integer] redirects to follow (0: return the 3xx response)
       # @param decompress [Boolean] send Accept-Encoding: gzip, deflate and inflate the body
       # @param ssl [Hash] see Connector#initialize; `verify: false` disables verification
@@ -59,7 +74,9 @@ module Weft
       def initialize(base_url = nil, **options)
         unknown = options.keys - DEFAULTS.keys
         raise ArgumentError, "unknown option(s) #{unknown.join(', ')}" unless unknown.empty?
+        check_limits(options)
         @options = DEFAULTS.merge(options)
+        @options[:header_timeout] = @options[:read_timeout] unless options.key?(:header_timeout)
         @base_url = base_url && parse_url(base_url)
         @base_origin = @base_url && Origin.from_uri(@base_url)
         @connector = Connector.new(ssl: @options[:ssl], proxy: build_proxy(@options[:proxy]))
@@ -80,19 +97,24 @@ module Weft
       # @param body [String, #read, Enumerable, nil] IO-like and Enumerable bodies are streamed
       #   (chunked unless their size is known)
       # @param query [Hash, nil] added to the URL's query string
-      # @param options per-request overrides: connect_timeout, read_timeout, write_timeout,
-      #   pool_timeout, deadline, follow
+      # @param options per-request overrides (see REQUEST_OPTIONS): connect_timeout,
+      #   read_timeout, write_timeout, pool_timeout, header_timeout, body_timeout, deadline,
+      #   max_body_size, follow
       # @return [Response, Object]
       # @raise [Weft::HTTP::Error] see errors.rb for the classes
       def request(method, url, headers: nil, body: nil, query: nil, **options)
         raise Weft::Error, "the client is closed" if @closed
         options = request_options(options)
         budget = Budget.new(connect: options[:connect_timeout], read: options[:read_timeout],
-                            write: options[:write_timeout], deadline: options[:deadline],
-                            pool: options[:pool_timeout] || options[:connect_timeout])
+                            write: options[:write_timeout], pool: options[:pool_timeout] || options[:connect_timeout],
+                            header: options[:header_timeout], body: options[:body_timeout],
+                            deadline: options[:deadline])
         request = build_request(method, url, headers, body, query)
-        response = follow_redirects(request, budget, options[:follow])
-        return response.tap(&:body) unless block_given?
+        buffered = !block_given?
+        response = budget.enforce(defer: true) do
+          follow_redirects(request, budget, options).tap { |answer| answer.body if buffered }
+        end
+        return response if buffered
         begin
           yield response
         ensure
@@ -147,10 +169,28 @@ module Weft
       private
 
       def request_options(options)
-        allowed = %i[connect_timeout read_timeout write_timeout pool_timeout deadline follow]
-        unknown = options.keys - allowed
+        return @options if options.empty?
+        unknown = options.keys - REQUEST_OPTIONS
         raise ArgumentError, "unknown request option(s) #{unknown.join(', ')}" unless unknown.empty?
-        @options.merge(options)
+        check_limits(options)
+        merged = @options.merge(options)
+        merged[:header_timeout] = merged[:read_timeout] if options.key?(:read_timeout) && !options.key?(:header_timeout)
+        merged
+      end
+
+      # @raise [ArgumentError] for a number of seconds or a size that cannot be one
+      def check_limits(options)
+        SECONDS.each do |name|
+          next if options[name].nil?
+          begin
+            Deadline.validate(options[name])
+          rescue ArgumentError
+            raise ArgumentError, "#{name} must be a finite number of seconds, zero or more, or nil (got #{options[name].inspect})"
+          end
+        end
+        size = options[:max_body_size]
+        return if size.nil? || (size.is_a?(Integer) && size.positive?)
+        raise ArgumentError, "max_body_size must be a positive Integer (bytes) or nil (got #{size.inspect})"
       end
 
       def build_request(method, url, headers, body, query)
@@ -203,10 +243,11 @@ module Weft
         raise ArgumentError, "invalid URL #{url.inspect}: #{e.message}"
       end
 
-      def follow_redirects(request, budget, follow)
+      def follow_redirects(request, budget, options)
+        follow = options[:follow]
         redirects = 0
         loop do
-          response = perform(request, budget)
+          response = perform(request, budget, options[:max_body_size])
           return response unless follow.positive? && response.redirect?
           if redirects >= follow
             response.close
@@ -223,7 +264,7 @@ module Weft
       # Reads a small redirect body so the connection can be reused; a large one is abandoned.
       def drain(response)
         read = 0
-        response.each_chunk do |chunk|
+        response.each_chunk(String.new(encoding: Encoding::BINARY)) do |chunk|
           read += chunk.bytesize
           break if read > REDIRECT_DRAIN_LIMIT
         end
@@ -233,12 +274,12 @@ module Weft
 
       # Sends one request and reads its head; retries once on a fresh connection when a reused
       # one turns out to have been closed by the server while idle (idempotent requests only).
-      def perform(request, budget)
+      def perform(request, budget, max_body_size)
         retried = false
         begin
           pool = pool_for(request.origin)
           connection = checkout(pool, request.origin, budget)
-          exchange(pool, connection, request, budget)
+          exchange(pool, connection, request, budget, max_body_size)
         rescue Connection::Stale => e
           raise ConnectionReset, e.message if retried || !request.retryable?
           retried = true
@@ -247,23 +288,30 @@ module Weft
         end
       end
 
-      def exchange(pool, connection, request, budget)
+      def exchange(pool, connection, request, budget, max_body_size)
         connection.write_request(request, budget, extra_headers(request))
         head = connection.read_head(request.method, budget)
-        finish = lambda do |complete|
+        finish = ->(complete) { release(pool, connection, complete) }
+        reader = ->(into) { budget.enforce { connection.read_body(budget, into) } }
+        response = Response.new(head, request, reader, finish, decode: @options[:decompress] && !request["accept-encoding"],
+                                                               max_body_size: max_body_size)
+        response.body if head.framing == :none # nothing to read: the connection is free at once
+        response
+      rescue Exception # rubocop:disable Lint/RescueException
+        release(pool, connection, false)
+        raise
+      end
+
+      # Hands a connection back: to the pool when its response was read to the end and it may
+      # carry another request, closed otherwise.
+      def release(pool, connection, complete)
+        Budget.uninterrupted do
           if complete && connection.reusable? && !pool.closed?
             pool.checkin(connection)
           else
             pool.discard(connection)
           end
         end
-        reader = -> { connection.read_body(budget) }
-        response = Response.new(head, request, reader, finish, decode: @options[:decompress] && !request["accept-encoding"])
-        response.body if head.framing == :none # nothing to read: the connection is free at once
-        response
-      rescue Exception # rubocop:disable Lint/RescueException
-        pool.discard(connection)
-        raise
       end
 
       def extra_headers(request)
@@ -275,10 +323,10 @@ module Weft
 
       def checkout(pool, origin, budget)
         seconds, error = budget.limit(:pool)
-        raise error, "deadline exceeded before a connection to #{origin} was free" if seconds && seconds <= 0
+        raise budget.exceeded(error, origin.to_s) if seconds && seconds <= 0
         pool.checkout(budget, timeout: seconds)
       rescue Weft::Pool::TimeoutError
-        raise error, "no connection to #{origin} free within #{seconds.round(3)}s (limit #{pool.limit} per origin)"
+        raise budget.exceeded(error, "all #{pool.limit} connections to #{origin} busy")
       rescue Weft::Pool::ClosedError
         raise Weft::Error, "the client is closed"
       end

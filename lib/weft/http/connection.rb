@@ -12,7 +12,8 @@ module Weft
     # (Weft::HTTP1::ResponseParser) and hands out the body in pieces.
     #
     # All I/O is non-blocking with waits bounded by the request's Budget, so it behaves the
-    # same in a reactor (the wait parks the fiber) and in a plain thread.
+    # same in a reactor (the wait parks the fiber) and in a plain thread. Reads go into buffers
+    # kept for the connection's life (or the caller's), not a new String per read.
     class Connection
       READ_SIZE = 65_536
       # A response head; `framing` is :none, :length, :chunked or :close.
@@ -39,6 +40,8 @@ module Weft
         @proxy_headers = proxy_headers
         @parser = HTTP1::ResponseParser.new
         @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+        # Where reads land while @buffer holds bytes they must be appended to.
+        @scratch = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
         @requests = 0
         @state = :idle
         @closed = false
@@ -56,12 +59,13 @@ module Weft
       end
 
       # A cheap check made before an idle connection is reused: the peer has not closed it or
-      # sent anything unasked for. Peeks at the kernel socket without blocking or consuming.
+      # sent anything unasked for (a response nobody asked for would be taken for the answer to
+      # the next request). Peeks at the kernel socket without blocking or consuming.
       def healthy?
         return false unless reusable?
         return false if @socket.respond_to?(:pending) && @socket.pending.positive? # TLS bytes buffered
         @io.recv_nonblock(1, Socket::MSG_PEEK, exception: false) == :wait_readable
-      rescue StandardError
+      rescue IOError, SystemCallError
         false
       end
 
@@ -95,6 +99,7 @@ module Weft
           write("0\r\n\r\n", budget)
         end
         @state = :sent
+        budget.start(:header)
       rescue ConnectionReset
         raise if @state != :writing
         # The server stopped reading, and may have said why first (413, 401...): read_head
@@ -102,6 +107,7 @@ module Weft
         # cannot be reused either way.
         @state = :sent
         @close_requested = true
+        budget.start(:header)
       end
 
       # Reads the response head, skipping interim (1xx) responses.
@@ -116,17 +122,22 @@ module Weft
           status = @parser.status
           next if status >= 100 && status < 200 && status != 101
 
+          budget.start(:body)
           return start_body(method, status)
         end
       end
 
-      # Returns the next piece of the body, or nil once it is complete.
-      # @return [String, nil]
-      def read_body(budget)
+      # Reads the next piece of the body.
+      # @param into [String, nil] a buffer for the piece (its content is replaced), or nil for a
+      #   new String
+      # @return [String, nil] the piece (`into`, when given), or nil once the body is complete
+      # @raise [ResponseDesync] when the body ends with another response behind it on a reused
+      #   connection
+      def read_body(budget, into = nil)
         case @framing
-        when :length then read_length(budget)
-        when :chunked then read_chunked(budget)
-        when :close then read_until_close(budget)
+        when :length then read_length(budget, into)
+        when :chunked then read_chunked(budget, into)
+        when :close then read_until_close(budget, into)
         else finish_body
         end
       end
@@ -137,7 +148,7 @@ module Weft
         @closed = true
         @state = :closed
         @socket.close
-      rescue StandardError
+      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
         nil
       end
 
@@ -177,60 +188,94 @@ module Weft
         Head.new(status, @parser.reason, @parser.http_minor, @parser.headers, @keep_alive, framing, length)
       end
 
-      def read_length(budget)
+      def read_length(budget, into)
         return finish_body if @remaining.zero?
         if @buffer.empty?
-          piece = read_socket([@remaining, READ_SIZE].min, budget)
+          piece = read_socket([@remaining, READ_SIZE].min, budget, into)
           raise closed_error("after #{@parser.content_length - @remaining} of #{@parser.content_length} body bytes") unless piece
-        elsif @buffer.bytesize <= @remaining
-          piece = @buffer
-          @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
         else
-          piece = @buffer.byteslice(0, @remaining)
-          @buffer = @buffer.byteslice(@remaining, @buffer.bytesize - @remaining)
+          piece = take_buffered(@remaining, into)
         end
         @remaining -= piece.bytesize
         piece
       end
 
-      def read_chunked(budget)
-        output = String.new(encoding: Encoding::BINARY)
-        loop do
-          done = begin
-            @decoder.decode(@buffer, output)
-          rescue HTTP1::ParseError => e
-            raise MalformedResponse, "malformed chunked body from #{@origin}: #{e.message}"
-          end
-          if done
-            @framing = :none
-            return output.empty? ? finish_body : output
-          end
-          return output unless output.empty?
+      def read_chunked(budget, into)
+        output = into ? into.clear : String.new(encoding: Encoding::BINARY)
+        until (done = decode_chunks(output)) || !output.empty?
           fill(budget) or raise closed_error("in the middle of a chunked body")
         end
+        return output unless done
+        @framing = :none
+        output.empty? ? finish_body : output
       end
 
-      def read_until_close(budget)
-        unless @buffer.empty?
-          piece = @buffer
-          @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
-          return piece
+      # @return [Boolean] whether the last chunk (and the trailer) has been decoded
+      def decode_chunks(output)
+        @decoder.decode(@buffer, output)
+      rescue HTTP1::ParseError => e
+        raise MalformedResponse, "malformed chunked body from #{@origin}: #{e.message}"
+      end
+
+      def read_until_close(budget, into)
+        return take_buffered(@buffer.bytesize, into) unless @buffer.empty?
+        read_socket(READ_SIZE, budget, into) || finish_body
+      end
+
+      # Hands out up to `count` bytes that arrived with the head, in `into` or a new String.
+      def take_buffered(count, into)
+        if count < @buffer.bytesize
+          piece = @buffer.byteslice(0, count)
+          @buffer = @buffer.byteslice(count, @buffer.bytesize - count)
+          return into ? into.replace(piece) : piece
         end
-        read_socket(READ_SIZE, budget) || finish_body
+        if into
+          into.replace(@buffer)
+          @buffer.clear
+          return into
+        end
+        piece = @buffer
+        @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+        piece
       end
 
       def finish_body
         @framing = nil
         @state = :idle
+        look_behind if @keep_alive && !@close_requested
         nil
+      end
+
+      # A complete response must be the last thing the server sent. Bytes behind it were not
+      # asked for, so the connection is not reused, whatever they are. When the connection had
+      # served earlier requests and they are another response, the exchange itself is in doubt:
+      # a server that answered once too often (a stray reply to an earlier request) shifts every
+      # later answer by one, so this response may belong to the request before. It is not
+      # handed out. A non-blocking read also notices a server that closed the connection.
+      def look_behind
+        if @buffer.empty?
+          # :wait_readable, the normal case, leaves the connection reusable; nil is a server
+          # that closed it.
+          return if @socket.read_nonblock(READ_SIZE, @buffer, exception: false).is_a?(Symbol)
+        end
+        @keep_alive = false
+        stray = @buffer.byteslice(0, 16).sub(/\A[\r\n]+/n, "")
+        return unless reused? && !stray.empty? && (stray.start_with?("HTTP/") || "HTTP/".start_with?(stray))
+
+        raise ResponseDesync, "#{@origin} sent another response right behind this one on a reused connection: " \
+                              "its responses are out of step with the requests (the server answered something it " \
+                              "was not asked), so this one may answer an earlier request"
+      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
+        @keep_alive = false
       end
 
       # Appends what the socket has to the buffer.
       # @return [Integer, nil] bytes read, nil at end of stream
       def fill(budget)
-        # Read into a scratch string kept for the connection's life: a fresh 64 KiB String per
-        # read would cost an allocation for every response head.
-        piece = read_socket(READ_SIZE, budget, @scratch ||= String.new(capacity: READ_SIZE, encoding: Encoding::BINARY))
+        # An empty buffer takes the read itself; otherwise the read goes through the scratch
+        # buffer, so no String is made per read either way.
+        return read_socket(READ_SIZE, budget, @buffer)&.bytesize if @buffer.empty?
+        piece = read_socket(READ_SIZE, budget, @scratch)
         return nil unless piece
         @buffer << piece
         piece.bytesize
@@ -239,15 +284,17 @@ module Weft
       # @param into [String, nil] a buffer to read into (returned), or nil for a new String
       # @return [String, nil] up to `size` bytes, nil at end of stream
       def read_socket(size, budget, into = nil)
-        loop do
-          case (piece = @socket.read_nonblock(size, into, exception: false))
-          when :wait_readable then budget.wait(@io, :read)
-          when :wait_writable then budget.wait(@io, :read, writable: true) # TLS renegotiation
+        # A while loop, not Kernel#loop: returning from a block allocates, and a large download
+        # reads thousands of times.
+        while (piece = @socket.read_nonblock(size, into, exception: false)).is_a?(Symbol)
+          if piece == :wait_readable
+            budget.wait(@io, :read)
           else
-            @received = true if piece
-            return piece
+            budget.wait(@io, :read, writable: true) # TLS renegotiation
           end
         end
+        @received = true if piece
+        piece
       rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ECONNABORTED, Errno::ETIMEDOUT, OpenSSL::SSL::SSLError, IOError => e
         raise closed_error("(#{e.class}: #{e.message})")
       end

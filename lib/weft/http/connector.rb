@@ -36,7 +36,7 @@ module Weft
       # Opens a connection to `origin` (through its proxy, if any).
       # @return [Connection]
       def open(origin, budget)
-        budget.start_connect
+        budget.start(:connect)
         return open_unix(origin, budget) if origin.unix?
 
         proxy = @proxy&.for(origin)

@@ -47,24 +47,58 @@ module Weft
       include Error
     end
 
-    # Base of every client timeout. A Weft::TimeoutError, and so a Timeout::Error.
-    class TimeoutError < Weft::TimeoutError
+    # The response cannot be matched to the request: the connection was reused and another
+    # response already sat behind this one, so the server has answered more often than it was
+    # asked (an earlier reply nobody asked for) and this response may answer an earlier request.
+    # The connection is retired.
+    class ResponseDesync < MalformedResponse; end
+
+    # The response body is larger than `max_body_size` (by its Content-Length, or by the bytes
+    # read). The connection is retired.
+    class BodyTooLarge < Weft::Error
+      include Error
+    end
+
+    # Included by every client timeout, so `rescue Weft::HTTP::TimeoutError` catches them all.
+    # A module, since the deadline error must be a Weft::DeadlineExceeded while the others are
+    # plain Weft::TimeoutErrors; all of them are Timeout::Errors.
+    module TimeoutError
       include Error
     end
 
     # Resolving, connecting and the TLS handshake together took longer than `connect_timeout`.
-    class ConnectTimeout < TimeoutError; end
+    class ConnectTimeout < Weft::TimeoutError
+      include TimeoutError
+    end
 
     # One read waited longer than `read_timeout` for bytes.
-    class ReadTimeout < TimeoutError; end
+    class ReadTimeout < Weft::TimeoutError
+      include TimeoutError
+    end
+
+    # The response head was not complete within `header_timeout` of sending the request, though
+    # bytes kept coming (a server trickling its head).
+    class HeaderTimeout < ReadTimeout; end
+
+    # The response body was not complete within `body_timeout` of its head.
+    class BodyTimeout < ReadTimeout; end
 
     # One write waited longer than `write_timeout` for the peer to accept bytes.
-    class WriteTimeout < TimeoutError; end
+    class WriteTimeout < Weft::TimeoutError
+      include TimeoutError
+    end
 
     # No connection to the origin became free in the pool within `pool_timeout`.
-    class PoolTimeout < TimeoutError; end
+    class PoolTimeout < Weft::TimeoutError
+      include TimeoutError
+    end
 
-    # The request's total `deadline:` passed (whatever it was waiting for at the time).
-    class DeadlineExceeded < TimeoutError; end
+    # The request's total deadline passed: its own `deadline:`, or the caller's (Weft.deadline
+    # around the request or around the task that spawned it), whichever came first; the message
+    # says which. A Weft::DeadlineExceeded, so `rescue Weft::DeadlineExceeded` around a block of
+    # work catches the client's expiry along with every other wait's.
+    class DeadlineExceeded < Weft::DeadlineExceeded
+      include TimeoutError
+    end
   end
 end

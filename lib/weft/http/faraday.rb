@@ -99,7 +99,9 @@ module Weft
         # As Faraday's net_http adapter does with Net::OpenTimeout, so middleware (retry rules)
         # sees the same classes after the switch.
         raise ::Faraday::ConnectionFailed, e
-      rescue Weft::HTTP::TimeoutError => e
+      rescue Weft::HTTP::TimeoutError, Weft::DeadlineExceeded => e
+        # Weft::DeadlineExceeded itself: the caller's deadline, raised where a streaming block
+        # (on_data) waited.
         raise ::Faraday::TimeoutError, e
       rescue Weft::HTTP::TLSError => e
         raise ::Faraday::SSLError, e

@@ -10,6 +10,9 @@ module Weft
     # (#each_chunk) or at once (#body); the connection goes back to the pool the moment the
     # body has been read to its end, and is closed if the response is closed before that: a
     # half-read connection is never reused.
+    #
+    # #body holds at most `max_body_size` bytes (after decompression), so a server cannot make
+    # the client buffer more than it agreed to; #each_chunk streams without a limit.
     class Response
       # @return [Integer]
       attr_reader :status
@@ -27,7 +30,8 @@ module Weft
       # @param finish [#call] called with true once the body is read to the end, with false
       #   when it is abandoned (the connection must then be closed)
       # @param decode [Boolean] inflate gzip/deflate bodies (the client asked for them)
-      def initialize(head, request, reader, finish, decode:)
+      # @param max_body_size [Integer, nil] the most bytes #body holds
+      def initialize(head, request, reader, finish, decode:, max_body_size: nil)
         @status = head.status
         @reason = head.reason
         @request = request
@@ -38,6 +42,8 @@ module Weft
         # The decoded body has neither the coding nor the length the server sent.
         @headers = @headers.without("content-encoding", "content-length") if @inflater
         @inflated = false
+        @length = head.length
+        @max_body_size = max_body_size
         @body = nil
         @done = false
       end
@@ -58,11 +64,16 @@ module Weft
       end
 
       # Yields the body piece by piece as it arrives (decoded when gzip/deflate). Can be called
-      # once; afterwards the body is gone (unless #body read it first).
+      # once; afterwards the body is gone (unless #body read it first). Not limited by
+      # `max_body_size`: what is kept is up to the block.
+      #
+      # @param buffer [String, nil] a String to read each piece into, yielded every time in place
+      #   of a new String per piece (copy what you keep): for large downloads, it saves an
+      #   allocation per read. Inflated pieces are new Strings either way.
       # @yieldparam chunk [String] binary
       # @return [self]
-      def each_chunk
-        return enum_for(:each_chunk) unless block_given?
+      def each_chunk(buffer = nil, &block)
+        return enum_for(:each_chunk, buffer) unless block
         if @body
           yield @body unless @body.empty?
           return self
@@ -70,9 +81,7 @@ module Weft
         raise Weft::Error, "the body was already read, or the response closed" if @done
 
         begin
-          while (piece = next_piece)
-            yield piece unless piece.empty?
-          end
+          pump(buffer, &block)
         ensure
           close
         end
@@ -82,11 +91,26 @@ module Weft
 
       # The whole body (read now if it was not yet).
       # @return [String] binary
+      # @raise [BodyTooLarge] when it is longer than `max_body_size`: at once when the
+      #   Content-Length says so, otherwise as soon as the bytes read do (the connection is
+      #   closed)
       def body
         return @body if @body
         raise Weft::Error, "the body was already consumed by #each_chunk, or the response closed" if @done
-        buffer = String.new(encoding: Encoding::BINARY)
-        each_chunk { |chunk| buffer << chunk }
+
+        limit = @max_body_size
+        check_length(limit) if limit && @length && !@inflater
+        # Sized up front when the length is known, so a large body is not copied as it grows.
+        buffer = String.new(capacity: [@length || 0, limit || MAX_PRESIZE, MAX_PRESIZE].min, encoding: Encoding::BINARY)
+        begin
+          # One read buffer for every piece: nothing is allocated per read.
+          pump(String.new(encoding: Encoding::BINARY)) do |chunk|
+            too_large(limit, "more than #{limit} bytes") if limit && buffer.bytesize + chunk.bytesize > limit
+            buffer << chunk
+          end
+        ensure
+          close
+        end
         @body = buffer
       end
       alias read body
@@ -96,7 +120,7 @@ module Weft
       def close
         return if @done
         @done = true
-        @finish.call(false)
+        release(false)
         @reader = nil
         close_inflater
       end
@@ -112,22 +136,50 @@ module Weft
 
       private
 
-      def next_piece
-        return nil if @done
-        loop do
-          raw = @reader.call
-          if raw.nil?
-            tail = @inflater && @inflated ? finish_inflate : nil
-            @done = true
-            @reader = nil
-            @finish.call(true)
-            close_inflater
-            return tail && !tail.empty? ? tail : nil
+      # The largest buffer #body allocates before the bytes arrive.
+      MAX_PRESIZE = 8 * 1024 * 1024
+      private_constant :MAX_PRESIZE
+
+      # Reads the body to its end, yielding each piece (decoded), and hands the connection back.
+      # @param raw [String, nil] the buffer raw pieces are read into (nil: a new String each)
+      def pump(raw)
+        while (piece = @reader.call(raw))
+          if @inflater
+            inflate(piece) { |chunk| yield chunk unless chunk.empty? }
+          elsif !piece.empty?
+            yield piece
           end
-          return raw unless @inflater
-          piece = inflate(raw)
-          return piece unless piece.empty?
         end
+        tail = @inflater && @inflated ? finish_inflate : nil
+        @done = true
+        @reader = nil
+        release(true)
+        close_inflater
+        yield tail if tail && !tail.empty?
+      end
+
+      # Hands the connection back: to the pool when the body was read to its end, to be closed
+      # otherwise. Should that be cut short (a deadline raised while it waited for the pool's
+      # lock), the connection is retired instead, so that it is never left in limbo.
+      def release(complete)
+        finish = @finish or return
+        @finish = nil
+        released = false
+        begin
+          finish.call(complete)
+          released = true
+        ensure
+          finish.call(false) unless released
+        end
+      end
+
+      def check_length(limit)
+        too_large(limit, "#{@length} bytes by its Content-Length") if @length > limit
+      end
+
+      def too_large(limit, size)
+        close
+        raise BodyTooLarge, "the response body from #{@request.origin} is #{size}, over max_body_size (#{limit} bytes)"
       end
 
       def inflater_for(coding)
@@ -137,9 +189,11 @@ module Weft
         end
       end
 
-      def inflate(raw)
+      # Yields the inflated output piece by piece (at most 16 KiB each), so a small compressed
+      # body that inflates to gigabytes is stopped by the caller's limit before it is in memory.
+      def inflate(raw, &block)
         @inflated = true
-        @inflater.inflate(raw)
+        @inflater.inflate(raw, &block)
       rescue Zlib::Error => e
         raise MalformedResponse, "#{@headers['content-encoding'] || 'compressed'} body does not inflate: #{e.message}"
       end
@@ -165,9 +219,9 @@ module Weft
           @inflate = nil
         end
 
-        def inflate(data)
+        def inflate(data, &block)
           @inflate ||= Zlib::Inflate.new(zlib_header?(data) ? Zlib::MAX_WBITS : -Zlib::MAX_WBITS)
-          @inflate.inflate(data)
+          @inflate.inflate(data, &block)
         end
 
         def finish
