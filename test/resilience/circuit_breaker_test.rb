@@ -239,6 +239,40 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal [1, 0, 1], b.statistics.values_at(:calls, :failures, :ignored)
   end
 
+  # A scatter whose deadline passes cancels its late items; when the deadline's timer reaches the
+  # scatter before an item's own (here a CPU hog holds the reactor past it), the item sees
+  # Weft::Cancelled, not Weft::DeadlineExceeded. Past the deadline that is still a late call.
+  def test_a_call_cancelled_after_its_deadline_passed_counts_as_late
+    b = breaker(minimum_calls: 100, window_calls: 100)
+    fallback_errors = []
+    results = nil
+    Weft.run do
+      Weft.spawn do
+        started = Weft::Timers.now
+        nil while Weft::Timers.now - started < 0.1 # holds the reactor past the deadline
+      end
+      results = Weft.scatter([1, 2, 3], deadline: 0.02, fallback: ->(_item, error) { error.class }) do
+        b.call(fallback: ->(error) { fallback_errors << error }) { sleep 1 }
+      end
+    end
+    assert_equal [Weft::DeadlineExceeded] * 3, results
+    assert_empty fallback_errors, "a cancelled call must propagate, not go to the fallback"
+    assert_equal [3, 3, 0], b.statistics.values_at(:calls, :failures, :ignored)
+  end
+
+  # Cancelled before any deadline passed (here by a sibling's failure), a call is not late.
+  def test_a_call_cancelled_before_its_deadline_still_does_not_count
+    b = breaker(minimum_calls: 100, window_calls: 100)
+    Weft.run do
+      assert_raises(Boom) do
+        Weft.scatter([1, 2], deadline: 5) do |item|
+          item == 1 ? (sleep 0.01; raise Boom) : b.call { sleep 1 }
+        end
+      end
+    end
+    assert_equal [1, 0, 1], b.statistics.values_at(:calls, :failures, :ignored)
+  end
+
   def test_time_window_forgets_old_outcomes
     b = breaker(window_calls: nil, window_seconds: 0.3, minimum_calls: 4)
     fail_calls(b, 3)

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "../deadline"
 require_relative "errors"
 require_relative "sliding_window"
 require_relative "rate_limiter"
@@ -34,8 +35,9 @@ module Weft
   # A refused call never runs its block: with a `fallback:` the breaker returns what the
   # fallback returns for the Weft::Rejected error, else it raises the error. A failure that
   # counts also goes to the fallback when there is one. Which exceptions count is configurable;
-  # Weft::Cancelled never counts and, like every exception that does not count, propagates as
-  # it is.
+  # Weft::Cancelled propagates as it is and does not count, unless the deadline in force had
+  # passed by then: a call cancelled because it was late (a scatter giving up on its items) is
+  # judged as a Weft::DeadlineExceeded would be.
   #
   # One breaker may be shared by the tasks of a reactor and by threads: a mutex guards its
   # bookkeeping, never the protected call. Breakers register under their name
@@ -43,7 +45,9 @@ module Weft
   class CircuitBreaker
     CATCH_ALL = [Exception].freeze
     CATCH_NONE = [].freeze
-    private_constant :CATCH_ALL, :CATCH_NONE
+    # What a call cancelled after its deadline passed is judged as.
+    LATE = DeadlineExceeded.new("cancelled after its deadline passed").freeze
+    private_constant :CATCH_ALL, :CATCH_NONE, :LATE
     DEFAULT_RAMP = [0.05, 0.25, 0.5].freeze
 
     @registry = {}
@@ -159,7 +163,8 @@ module Weft
           held = false
           @bulkhead.release # before the fallback runs: it needs no slot
         end
-        raise error unless failed(error, generation, started)
+        # A cancellation propagates even when it counts (see #counts?): the task must end.
+        raise error unless failed(error, generation, started) && !error.is_a?(Cancelled)
         return fallback.call(error)
       ensure
         @bulkhead.release if held
@@ -294,7 +299,13 @@ module Weft
     end
 
     def counts?(error)
-      return false if error.is_a?(Cancelled)
+      if error.is_a?(Cancelled)
+        # Cancelled after the deadline in force had passed, the call was late: whoever noticed
+        # the deadline first (the call's own timer, or a scatter around it cancelling its late
+        # items) is a matter of timer order. It is judged as the expiry it stands for.
+        return false unless Deadline.current&.expired?
+        error = LATE
+      end
       return @failure.call(error) ? true : false unless @failure.is_a?(Array)
       @failure.any? { |kind| error.is_a?(kind) }
     end
