@@ -132,6 +132,21 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal [%i[closed open], %i[open ramping], %i[ramping open]], changes
   end
 
+  def test_ramp_deadline_cuts_probes_short_and_a_sick_dependency_reopens_the_breaker
+    b = breaker(open_for: 0.05, ramp: [1.0], ramp_for: 10, ramp_minimum_calls: 1, ramp_deadline: 0.05)
+    Weft.run do
+      # Closed: a call takes as long as it takes.
+      assert_equal :slow_but_fine, b.call { sleep 0.15; :slow_but_fine }
+      fail_calls(b, 10)
+      sleep 0.06
+      assert_equal :ramping, b.state
+      # Ramping: the probe still hangs, and is ended at the ramp deadline instead of in 5 s.
+      error = assert_elapsed_under(1) { assert_raises(Weft::DeadlineExceeded) { b.call { sleep 5 } } }
+      assert_match(/0\.05/, error.message)
+      assert_equal :open, b.state
+    end
+  end
+
   def test_ramp_with_too_few_calls_to_judge_carries_them_into_the_next_step
     b = breaker(open_for: 0.05, ramp: [0.5, 1.0], ramp_for: 0.4, ramp_minimum_calls: 3)
     fail_calls(b, 10)
@@ -364,7 +379,7 @@ class CircuitBreakerTest < Minitest::Test
       { open_for: -1 }, { open_for: Float::INFINITY }, { ramp_for: 0 },
       { ramp: [] }, { ramp: [0.5, 0.25] }, { ramp: [0.5, 0.5] }, { ramp: [0, 0.5] }, { ramp: [0.5, 1.5] }, { ramp: 0.5 },
       { ramp_minimum_calls: 0 }, { failure: [] }, { failure: ["IOError"] }, { failure: [Object] },
-      { rate_limit: 10 }, { bulkhead: 4 }
+      { rate_limit: 10 }, { bulkhead: 4 }, { ramp_deadline: 0 }, { ramp_deadline: -1 }
     ].each do |options|
       assert_raises(ArgumentError, options.inspect) { Weft::CircuitBreaker.new("bad", register: false, **options) }
     end

@@ -92,6 +92,10 @@ module Weft
     #   each in 0 < x <= 1
     # @param ramp_for [Numeric] seconds the whole ramp takes, split evenly between its steps
     # @param ramp_minimum_calls [Integer] outcomes a ramp step needs before it is judged
+    # @param ramp_deadline [Numeric, nil] seconds a call admitted while ramping may take: it runs
+    #   under Weft.deadline(ramp_deadline) (nil: only the caller's deadline). A dependency still
+    #   sick then fails its probes fast, and the callers admitted to probe it wait that long at
+    #   most, not the whole of their own deadline.
     # @param failure [Array<Class>, #call] the exceptions that count as failures, or a predicate
     #   given the exception (StandardError by default)
     # @param rate_limit [RateLimiter, nil] applied to every admitted call, in every state
@@ -99,7 +103,8 @@ module Weft
     # @param register [Boolean] whether to add the breaker to the registry (and so to /stats)
     def initialize(name, window_calls: nil, window_seconds: nil, minimum_calls: nil, failure_rate: 0.5,
                    slow_call: nil, slow_rate: 0.5, open_for: 5, ramp: DEFAULT_RAMP, ramp_for: 6,
-                   ramp_minimum_calls: 5, failure: [StandardError], rate_limit: nil, bulkhead: nil, register: true)
+                   ramp_minimum_calls: 5, ramp_deadline: nil, failure: [StandardError], rate_limit: nil, bulkhead: nil,
+                   register: true)
       @name = name.to_s
       raise ArgumentError, "a circuit breaker needs a name" if @name.empty?
       window_calls ||= 100 unless window_seconds
@@ -116,6 +121,7 @@ module Weft
       @ramp = check_ramp(ramp)
       @step_length = check_seconds(:ramp_for, ramp_for) / @ramp.size
       @ramp_minimum_calls = check_count(:ramp_minimum_calls, ramp_minimum_calls)
+      @ramp_deadline = ramp_deadline && check_seconds(:ramp_deadline, ramp_deadline)
       @failure = check_failure(failure)
       @rate_limit = check_guard(:rate_limit, rate_limit, RateLimiter)
       @bulkhead = check_guard(:bulkhead, bulkhead, Bulkhead)
@@ -142,8 +148,14 @@ module Weft
     # @return the block's value, or the fallback's
     # @raise [Weft::Rejected] when refused without a fallback
     def call(fallback: nil)
-      generation = @state.equal?(:closed) ? @generation : admit
-      return refuse(generation, fallback) unless generation.is_a?(Integer)
+      probing = false
+      if @state.equal?(:closed)
+        generation = @generation
+      else
+        generation = admit
+        return refuse(generation, fallback) unless generation.is_a?(Integer)
+        probing = @ramp_deadline && @state.equal?(:ramping)
+      end
       held = false
       if @rate_limit || @bulkhead
         refusal = enter_guards
@@ -154,7 +166,7 @@ module Weft
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @slow_call
       finished = false
       begin
-        result = yield
+        result = probing ? Weft.deadline(@ramp_deadline) { yield } : yield
         finished = true
       rescue *(fallback ? CATCH_ALL : CATCH_NONE) => error
         # Caught only to be handed to the fallback, if it counts.
