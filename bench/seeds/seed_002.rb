@@ -147,6 +147,8 @@ module Seeds
         41 req/s one request at a time), 12 connections per server (NeverBlock's pool was 12),
         Puma -t 1 as the blocking server of the time. Advantage = Weft ÷ blocking − 1, beside
         the post's; an "errors" note counts requests not answered with a 200 within #{TIMEOUT} s.
+        At concurrency 1000 a cell is a single burst (each connection sends one request), and
+        its figure moved by up to half between runs (Weft at 1:5: 303 and 460 req/s).
       TEXT
       report.table(["long:short", "c", *SERVERS.map { |s| "#{LABELS.fetch(s)} req/s" }, "Weft advantage",
                     "the post's advantage", "Weft ÷ Puma", "Weft ÷ Falcon", ""], rows)
