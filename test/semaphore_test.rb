@@ -41,8 +41,9 @@ class SemaphoreTest < Minitest::Test
   def test_shared_between_threads_and_tasks
     semaphore = Weft::Semaphore.new(1)
     order = []
-    thread = Thread.new { semaphore.synchronize { sleep 0.05; order << :thread } }
-    sleep 0.01
+    held = Thread::Queue.new
+    thread = Thread.new { semaphore.synchronize { held << true; sleep 0.05; order << :thread } }
+    held.pop # the thread holds the permit before the task asks for it
     Weft.run { semaphore.synchronize { order << :task } }
     thread.join
     assert_equal %i[thread task], order

@@ -13,6 +13,7 @@
 
 require_relative "support"
 require "socket"
+require "net/http"
 
 module PostgresBench
   # The through-the-server benchmark.
@@ -27,6 +28,10 @@ module PostgresBench
       "puma" => ["Puma", "connection_pool", lambda { |port|
         threads = ENV.fetch("BENCH_DB_POOL", "32")
         ["bundle", "exec", "puma", "-b", "tcp://127.0.0.1:#{port}", "-t", "#{threads}:#{threads}", "-w", "0", "-s", APP]
+      }],
+      # The blocking server of 2008 (seed 002's baseline: one Thin, one request at a time).
+      "puma1" => ["Puma -t 1", "connection_pool", lambda { |port|
+        ["bundle", "exec", "puma", "-b", "tcp://127.0.0.1:#{port}", "-t", "1:1", "-w", "0", "-s", APP]
       }],
       "falcon" => ["Falcon", "async_pool", lambda { |port|
         ["bundle", "exec", "falcon", "serve", "-b", "http://127.0.0.1:#{port}", "-n", "1", "--forked", "-c", APP]
@@ -54,12 +59,24 @@ module PostgresBench
             ports.each do |server, port|
               results[[server, n, c]] = wrk(port, seconds, c, n)
               warn "#{server} n=#{n} c=#{c}: #{results[[server, n, c]].inspect}"
-              sleep 0.5 # let long statements still in flight finish
+              settle(port)
             end
           end
         end
       end
       results
+    end
+
+    # Waits until the server has worked off what the last cell left queued (wrk stops sending,
+    # but requests already accepted still run their statements): a short-only request must
+    # answer at once. Without it a cell after a heavy one measures the backlog (0 req/s).
+    def settle(port, limit: 120)
+      deadline = PostgresBench.now + limit
+      loop do
+        started = PostgresBench.now
+        Net::HTTP.start("127.0.0.1", port, read_timeout: limit) { |http| http.get("/?n=0") }
+        return if PostgresBench.now - started < 0.05 || PostgresBench.now > deadline
+      end
     end
 
     def with_servers(names, ports = {}, &block)
@@ -103,7 +120,7 @@ module PostgresBench
       end
     end
 
-    # Runs wrk and returns :rps, :errors (non-2xx + socket errors), :p50/:p99 latency (ms).
+    # Runs wrk and returns :rps, :errors (non-2xx + socket errors), :avg/:p50/:p99 latency (ms).
     def wrk(port, seconds, connections, n)
       threads = [2, connections].min
       out, status = Open3.capture2e("wrk", "-t#{threads}", "-c#{connections}", "-d#{seconds}s", "--timeout", "30s",
@@ -113,6 +130,7 @@ module PostgresBench
       errors = out[/Non-2xx or 3xx responses: (\d+)/, 1].to_i
       out[/Socket errors: (.+)/, 1].to_s.scan(/\d+/).each { |count| errors += count.to_i }
       { rps: out[/Requests\/sec:\s+([\d.]+)/, 1].to_f, errors: errors,
+        avg: latency_ms(out[/^\s+Latency\s+(\S+)/, 1]),
         p50: latency_ms(out[/\s50%\s+(\S+)/, 1]), p99: latency_ms(out[/\s99%\s+(\S+)/, 1]) }
     end
 

@@ -132,6 +132,21 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal [%i[closed open], %i[open ramping], %i[ramping open]], changes
   end
 
+  def test_ramp_deadline_cuts_probes_short_and_a_sick_dependency_reopens_the_breaker
+    b = breaker(open_for: 0.05, ramp: [1.0], ramp_for: 10, ramp_minimum_calls: 1, ramp_deadline: 0.05)
+    Weft.run do
+      # Closed: a call takes as long as it takes.
+      assert_equal :slow_but_fine, b.call { sleep 0.15; :slow_but_fine }
+      fail_calls(b, 10)
+      sleep 0.06
+      assert_equal :ramping, b.state
+      # Ramping: the probe still hangs, and is ended at the ramp deadline instead of in 5 s.
+      error = assert_elapsed_under(1) { assert_raises(Weft::DeadlineExceeded) { b.call { sleep 5 } } }
+      assert_match(/0\.05/, error.message)
+      assert_equal :open, b.state
+    end
+  end
+
   def test_ramp_with_too_few_calls_to_judge_carries_them_into_the_next_step
     b = breaker(open_for: 0.05, ramp: [0.5, 1.0], ramp_for: 0.4, ramp_minimum_calls: 3)
     fail_calls(b, 10)
@@ -239,6 +254,40 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal [1, 0, 1], b.statistics.values_at(:calls, :failures, :ignored)
   end
 
+  # A scatter whose deadline passes cancels its late items; when the deadline's timer reaches the
+  # scatter before an item's own (here a CPU hog holds the reactor past it), the item sees
+  # Weft::Cancelled, not Weft::DeadlineExceeded. Past the deadline that is still a late call.
+  def test_a_call_cancelled_after_its_deadline_passed_counts_as_late
+    b = breaker(minimum_calls: 100, window_calls: 100)
+    fallback_errors = []
+    results = nil
+    Weft.run do
+      Weft.spawn do
+        started = Weft::Timers.now
+        nil while Weft::Timers.now - started < 0.1 # holds the reactor past the deadline
+      end
+      results = Weft.scatter([1, 2, 3], deadline: 0.02, fallback: ->(_item, error) { error.class }) do
+        b.call(fallback: ->(error) { fallback_errors << error }) { sleep 1 }
+      end
+    end
+    assert_equal [Weft::DeadlineExceeded] * 3, results
+    assert_empty fallback_errors, "a cancelled call must propagate, not go to the fallback"
+    assert_equal [3, 3, 0], b.statistics.values_at(:calls, :failures, :ignored)
+  end
+
+  # Cancelled before any deadline passed (here by a sibling's failure), a call is not late.
+  def test_a_call_cancelled_before_its_deadline_still_does_not_count
+    b = breaker(minimum_calls: 100, window_calls: 100)
+    Weft.run do
+      assert_raises(Boom) do
+        Weft.scatter([1, 2], deadline: 5) do |item|
+          item == 1 ? (sleep 0.01; raise Boom) : b.call { sleep 1 }
+        end
+      end
+    end
+    assert_equal [1, 0, 1], b.statistics.values_at(:calls, :failures, :ignored)
+  end
+
   def test_time_window_forgets_old_outcomes
     b = breaker(window_calls: nil, window_seconds: 0.3, minimum_calls: 4)
     fail_calls(b, 3)
@@ -330,7 +379,7 @@ class CircuitBreakerTest < Minitest::Test
       { open_for: -1 }, { open_for: Float::INFINITY }, { ramp_for: 0 },
       { ramp: [] }, { ramp: [0.5, 0.25] }, { ramp: [0.5, 0.5] }, { ramp: [0, 0.5] }, { ramp: [0.5, 1.5] }, { ramp: 0.5 },
       { ramp_minimum_calls: 0 }, { failure: [] }, { failure: ["IOError"] }, { failure: [Object] },
-      { rate_limit: 10 }, { bulkhead: 4 }
+      { rate_limit: 10 }, { bulkhead: 4 }, { ramp_deadline: 0 }, { ramp_deadline: -1 }
     ].each do |options|
       assert_raises(ArgumentError, options.inspect) { Weft::CircuitBreaker.new("bad", register: false, **options) }
     end

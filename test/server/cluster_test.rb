@@ -96,6 +96,8 @@ class ServerClusterTest < Minitest::Test
     [0, 2].each do |workers|
       port = free_tcp_port
       with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", workers.to_s, port: port) do |master|
+        # Every worker is up, so the request below is accepted at once, not left in the backlog.
+        eventually(15, "workers=#{workers}: all up") { worker_pids(port).size == [workers, 1].max }
         client = Thread.new { get_body(port, "/sleep?s=1") }
         sleep 0.3 # the request is in flight
         Process.kill("TERM", master)

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "../deadline"
 require_relative "errors"
 require_relative "sliding_window"
 require_relative "rate_limiter"
@@ -34,8 +35,9 @@ module Weft
   # A refused call never runs its block: with a `fallback:` the breaker returns what the
   # fallback returns for the Weft::Rejected error, else it raises the error. A failure that
   # counts also goes to the fallback when there is one. Which exceptions count is configurable;
-  # Weft::Cancelled never counts and, like every exception that does not count, propagates as
-  # it is.
+  # Weft::Cancelled propagates as it is and does not count, unless the deadline in force had
+  # passed by then: a call cancelled because it was late (a scatter giving up on its items) is
+  # judged as a Weft::DeadlineExceeded would be.
   #
   # One breaker may be shared by the tasks of a reactor and by threads: a mutex guards its
   # bookkeeping, never the protected call. Breakers register under their name
@@ -43,7 +45,9 @@ module Weft
   class CircuitBreaker
     CATCH_ALL = [Exception].freeze
     CATCH_NONE = [].freeze
-    private_constant :CATCH_ALL, :CATCH_NONE
+    # What a call cancelled after its deadline passed is judged as.
+    LATE = DeadlineExceeded.new("cancelled after its deadline passed").freeze
+    private_constant :CATCH_ALL, :CATCH_NONE, :LATE
     DEFAULT_RAMP = [0.05, 0.25, 0.5].freeze
 
     @registry = {}
@@ -88,6 +92,10 @@ module Weft
     #   each in 0 < x <= 1
     # @param ramp_for [Numeric] seconds the whole ramp takes, split evenly between its steps
     # @param ramp_minimum_calls [Integer] outcomes a ramp step needs before it is judged
+    # @param ramp_deadline [Numeric, nil] seconds a call admitted while ramping may take: it runs
+    #   under Weft.deadline(ramp_deadline) (nil: only the caller's deadline). A dependency still
+    #   sick then fails its probes fast, and the callers admitted to probe it wait that long at
+    #   most, not the whole of their own deadline.
     # @param failure [Array<Class>, #call] the exceptions that count as failures, or a predicate
     #   given the exception (StandardError by default)
     # @param rate_limit [RateLimiter, nil] applied to every admitted call, in every state
@@ -95,7 +103,8 @@ module Weft
     # @param register [Boolean] whether to add the breaker to the registry (and so to /stats)
     def initialize(name, window_calls: nil, window_seconds: nil, minimum_calls: nil, failure_rate: 0.5,
                    slow_call: nil, slow_rate: 0.5, open_for: 5, ramp: DEFAULT_RAMP, ramp_for: 6,
-                   ramp_minimum_calls: 5, failure: [StandardError], rate_limit: nil, bulkhead: nil, register: true)
+                   ramp_minimum_calls: 5, ramp_deadline: nil, failure: [StandardError], rate_limit: nil, bulkhead: nil,
+                   register: true)
       @name = name.to_s
       raise ArgumentError, "a circuit breaker needs a name" if @name.empty?
       window_calls ||= 100 unless window_seconds
@@ -112,6 +121,7 @@ module Weft
       @ramp = check_ramp(ramp)
       @step_length = check_seconds(:ramp_for, ramp_for) / @ramp.size
       @ramp_minimum_calls = check_count(:ramp_minimum_calls, ramp_minimum_calls)
+      @ramp_deadline = ramp_deadline && check_seconds(:ramp_deadline, ramp_deadline)
       @failure = check_failure(failure)
       @rate_limit = check_guard(:rate_limit, rate_limit, RateLimiter)
       @bulkhead = check_guard(:bulkhead, bulkhead, Bulkhead)
@@ -138,8 +148,14 @@ module Weft
     # @return the block's value, or the fallback's
     # @raise [Weft::Rejected] when refused without a fallback
     def call(fallback: nil)
-      generation = @state.equal?(:closed) ? @generation : admit
-      return refuse(generation, fallback) unless generation.is_a?(Integer)
+      probing = false
+      if @state.equal?(:closed)
+        generation = @generation
+      else
+        generation = admit
+        return refuse(generation, fallback) unless generation.is_a?(Integer)
+        probing = @ramp_deadline && @state.equal?(:ramping)
+      end
       held = false
       if @rate_limit || @bulkhead
         refusal = enter_guards
@@ -150,7 +166,7 @@ module Weft
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @slow_call
       finished = false
       begin
-        result = yield
+        result = probing ? Weft.deadline(@ramp_deadline) { yield } : yield
         finished = true
       rescue *(fallback ? CATCH_ALL : CATCH_NONE) => error
         # Caught only to be handed to the fallback, if it counts.
@@ -159,7 +175,8 @@ module Weft
           held = false
           @bulkhead.release # before the fallback runs: it needs no slot
         end
-        raise error unless failed(error, generation, started)
+        # A cancellation propagates even when it counts (see #counts?): the task must end.
+        raise error unless failed(error, generation, started) && !error.is_a?(Cancelled)
         return fallback.call(error)
       ensure
         @bulkhead.release if held
@@ -294,7 +311,13 @@ module Weft
     end
 
     def counts?(error)
-      return false if error.is_a?(Cancelled)
+      if error.is_a?(Cancelled)
+        # Cancelled after the deadline in force had passed, the call was late: whoever noticed
+        # the deadline first (the call's own timer, or a scatter around it cancelling its late
+        # items) is a matter of timer order. It is judged as the expiry it stands for.
+        return false unless Deadline.current&.expired?
+        error = LATE
+      end
       return @failure.call(error) ? true : false unless @failure.is_a?(Array)
       @failure.any? { |kind| error.is_a?(kind) }
     end
