@@ -371,6 +371,24 @@ class CircuitBreakerTest < Minitest::Test
     assert_nil Weft::CircuitBreaker["unregistered-#{name}"]
   end
 
+  def test_failed_if_counts_a_value_as_a_failure_and_still_returns_it
+    b = breaker(minimum_calls: 2, window_calls: 2)
+    answers = Array.new(2) { b.call(failed_if: ->(status) { status >= 500 }) { 503 } }
+    assert_equal [503, 503], answers
+    assert_equal :open, b.state
+    assert_equal [2, 2, 0], b.statistics.values_at(:calls, :failures, :successes)
+  end
+
+  def test_for_finds_or_makes_one_registered_breaker_per_name
+    made = Weft::CircuitBreaker.for("for-#{name}", open_for: 7)
+    assert_same made, Weft::CircuitBreaker.for("for-#{name}", open_for: 1), "options apply only when it is made"
+    assert_same made, Weft::CircuitBreaker["for-#{name}"]
+    threads = Array.new(8) { Thread.new { Weft::CircuitBreaker.for("race-#{name}") } }
+    assert_equal 1, threads.map(&:value).uniq.size
+    assert_raises(ArgumentError) { Weft::CircuitBreaker.for("bad-#{name}", failure_rate: 3) }
+    assert_nil Weft::CircuitBreaker["bad-#{name}"]
+  end
+
   def test_invalid_options_raise_argument_error
     [
       { window_calls: 0 }, { window_seconds: -1 }, { window_calls: 10, window_seconds: 5 },

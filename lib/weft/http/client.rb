@@ -11,6 +11,7 @@ require_relative "response"
 require_relative "connection"
 require_relative "connector"
 require_relative "proxy"
+require_relative "breakers"
 
 module Weft
   module HTTP
@@ -32,7 +33,7 @@ module Weft
         limit: 64, idle_timeout: 5, max_requests: 1000, max_age: nil,
         connect_timeout: 10, read_timeout: 30, write_timeout: 30, pool_timeout: nil,
         header_timeout: 30, body_timeout: nil, deadline: 60, max_body_size: 64 * 1024 * 1024,
-        follow: 0, decompress: true, ssl: {}, proxy: :env, headers: {}
+        follow: 0, decompress: true, ssl: {}, proxy: :env, headers: {}, breaker: nil
       }.freeze
       # Options a single request may override.
       REQUEST_OPTIONS = %i[connect_timeout read_timeout write_timeout pool_timeout header_timeout body_timeout
@@ -71,6 +72,9 @@ module Weft
       # @param proxy [:env, String, Proxy, nil] proxies from the environment (default), one proxy
       #   URL for all origins, or none
       # @param headers [Hash] fields sent with every request
+      # @param breaker [Weft::CircuitBreaker, true, Hash, nil] puts the origins behind circuit
+      #   breakers (see Breakers): this one for all, or one per origin (true: default options;
+      #   a Hash: CircuitBreaker options, plus `failed_statuses:`, 500..599 by default)
       def initialize(base_url = nil, **options)
         unknown = options.keys - DEFAULTS.keys
         raise ArgumentError, "unknown option(s) #{unknown.join(', ')}" unless unknown.empty?
@@ -81,6 +85,7 @@ module Weft
         @base_origin = @base_url && Origin.from_uri(@base_url)
         @connector = Connector.new(ssl: @options[:ssl], proxy: build_proxy(@options[:proxy]))
         @default_headers = Request.fields(@options[:headers])
+        @breakers = @options[:breaker] && Breakers.new(@options[:breaker])
         @pools = {}
         @pools_lock = Thread::Mutex.new
         @closed = false
@@ -102,6 +107,9 @@ module Weft
       #   max_body_size, follow
       # @return [Response, Object]
       # @raise [Weft::HTTP::Error] see errors.rb for the classes
+      # @raise [Weft::CircuitOpen] with `breaker:`, when the origin's breaker refuses the request
+      #   (nothing is sent); the breaker judges the exchange up to the whole body without a
+      #   block, up to the response head with one
       def request(method, url, headers: nil, body: nil, query: nil, **options)
         raise Weft::Error, "the client is closed" if @closed
         options = request_options(options)
@@ -111,9 +119,12 @@ module Weft
                             deadline: options[:deadline])
         request = build_request(method, url, headers, body, query)
         buffered = !block_given?
-        response = budget.enforce(defer: true) do
-          follow_redirects(request, budget, options).tap { |answer| answer.body if buffered }
+        exchange = lambda do
+          budget.enforce(defer: true) do
+            follow_redirects(request, budget, options).tap { |answer| answer.body if buffered }
+          end
         end
+        response = @breakers ? @breakers.call(request.origin, &exchange) : exchange.call
         return response if buffered
         begin
           yield response

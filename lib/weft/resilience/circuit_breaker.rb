@@ -69,6 +69,17 @@ module Weft
         all.map(&:statistics)
       end
 
+      # The breaker registered under `name`, made with `options` if there is none yet: how
+      # integrations keep one breaker per dependency (an origin, say) for the whole process.
+      # Options are used only by the call that makes it.
+      # @return [CircuitBreaker]
+      def for(name, **options)
+        name = name.to_s
+        @registry_lock.synchronize do
+          @registry[name] ||= new(name, register: false, **options)
+        end
+      end
+
       # Adds a breaker to the registry; a newer breaker under the same name replaces the older.
       # @api private
       def register(breaker)
@@ -145,9 +156,11 @@ module Weft
     # @param fallback [#call, nil] given the error when the call is refused (Weft::Rejected:
     #   CircuitOpen, RateLimited, BulkheadFull) or fails with an exception that counts; its
     #   value is returned instead. Whatever it raises propagates.
+    # @param failed_if [#call, nil] given the block's value: true counts the call as a failure,
+    #   though the value is still returned (an HTTP response with a 5xx status, say)
     # @return the block's value, or the fallback's
     # @raise [Weft::Rejected] when refused without a fallback
-    def call(fallback: nil)
+    def call(fallback: nil, failed_if: nil)
       probing = false
       if @state.equal?(:closed)
         generation = @generation
@@ -185,7 +198,11 @@ module Weft
         # 3.1). Leaving the block by return, break or throw (no new exception) is a success.
         ended(($! unless $!.equal?(outer)), generation, started) unless finished
       end
-      succeeded(generation, started)
+      if failed_if&.call(result)
+        count_failure(generation, started)
+      else
+        succeeded(generation, started)
+      end
       result
     end
 
@@ -293,8 +310,13 @@ module Weft
 
     # @return [Boolean] whether the exception counts as a failure
     def failed(error, generation, started)
+      count_failure(generation, started, counts?(error))
+    end
+
+    # Records a call that failed (counts: true) or ended with an exception that does not count.
+    # @return [Boolean] counts
+    def count_failure(generation, started, counts = true)
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @clocked
-      counts = counts?(error)
       slow = counts && @slow_call && now - started > @slow_call
       change = @mutex.synchronize do
         if counts

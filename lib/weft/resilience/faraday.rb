@@ -24,21 +24,6 @@ module Weft
     # `fallback:` is called with it and its answer returned: a Faraday::Response or anything
     # the caller is prepared to get.
     class FaradayBreaker < ::Faraday::Middleware
-      # A counted status on its way through the breaker; never seen outside this middleware.
-      class FailedStatus < StandardError
-        # @return [Faraday::Response]
-        attr_reader :response
-
-        def initialize(response)
-          @response = response
-          super("status #{response.status}")
-        end
-      end
-      private_constant :FailedStatus
-
-      ORIGINS_LOCK = Thread::Mutex.new
-      private_constant :ORIGINS_LOCK
-
       # @param app the next middleware
       # @param breaker [CircuitBreaker, nil] the breaker to use; nil uses one per origin (scheme,
       #   host and port) for the whole process, registered as "faraday ORIGIN" and made from the
@@ -54,7 +39,7 @@ module Weft
         raise ArgumentError, "breaker options are for the breakers made per origin, not with breaker:" if breaker && !breaker_options.empty?
 
         @breaker = breaker
-        @failed_statuses = failed_statuses
+        @failed_status = ->(response) { failed_statuses.include?(response.status) }
         @fallback = fallback
         @breaker_options = breaker_options
         @breakers = {}
@@ -65,14 +50,7 @@ module Weft
       # Sends the request through the breaker.
       # @return [Faraday::Response]
       def call(env)
-        breaker_for(env.url).call do
-          response = @app.call(env)
-          # Counted as a failure, yet handed to the caller below like any response.
-          raise FailedStatus, response if @failed_statuses.include?(response.status)
-          response
-        end
-      rescue FailedStatus => e
-        e.response
+        breaker_for(env.url).call(failed_if: @failed_status) { @app.call(env) }
       rescue Weft::Rejected => e
         raise unless @fallback
         @fallback.call(e)
@@ -85,10 +63,8 @@ module Weft
       def breaker_for(url)
         return @breaker if @breaker
         origin = "#{url.scheme}://#{url.host}:#{url.port}"
-        @breakers[origin] || ORIGINS_LOCK.synchronize do
-          name = "faraday #{origin}"
-          @breakers[origin] = CircuitBreaker[name] || CircuitBreaker.new(name, **@breaker_options)
-        end
+        # A lost race between two fibers or threads finds the same breaker in the registry.
+        @breakers[origin] ||= CircuitBreaker.for("faraday #{origin}", **@breaker_options)
       end
     end
   end

@@ -1,0 +1,93 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "support"
+require "weft/http"
+require "weft/resilience"
+
+# Weft::HTTP::Client's `breaker:` option: an origin that keeps failing stops being contacted,
+# answers come back gradually, and one origin's trouble never closes the door to another.
+class HTTPClientBreakerTest < Minitest::Test
+  include Weft::Test::HTTPFixtures
+
+  # Opens after 4 failures in the last 4 calls; ramps straight to all calls after 0.2 s.
+  FAST = { window_calls: 4, minimum_calls: 4, open_for: 0.2, ramp: [0.5, 1.0], ramp_for: 0.4, ramp_minimum_calls: 2 }.freeze
+
+  def flaky_server
+    state = { failing: true }
+    srv = server { |_request| state[:failing] ? [503, {}, "down"] : [200, {}, "up"] }
+    [srv, state]
+  end
+
+  def test_5xx_answers_open_the_breaker_and_no_request_is_sent_while_it_is_open
+    srv, state = flaky_server
+    http = client(srv.url, breaker: FAST)
+    # Counted as failures, yet handed to the caller like any response.
+    assert_equal [503] * 4, Array.new(4) { http.get("/").status }
+    error = assert_raises(Weft::CircuitOpen) { http.get("/") }
+    assert_match(/http #{Regexp.escape(srv.url.chomp('/'))}/, error.message)
+    assert_equal 4, srv.requests.size, "a request reached the origin while its breaker was open"
+
+    state[:failing] = false
+    sleep 0.25 # open_for passed: the ramp admits half the calls, then all
+    answers = Array.new(6) do
+      http.get("/").status
+    rescue Weft::CircuitOpen
+      :refused
+    end
+    assert_includes answers, 200
+    assert_includes answers, :refused, "the ramp let every call through at once"
+    sleep 0.45
+    assert_equal [200] * 5, Array.new(5) { http.get("/").status }, "the breaker did not close after the ramp"
+  end
+
+  def test_connection_errors_open_the_breaker_and_then_requests_fail_at_once_without_connecting
+    srv = server(raw: true) { |socket, _id| socket.close } # accepts, then hangs up before answering
+    http = client(srv.url, breaker: FAST)
+    4.times { assert_raises(Weft::HTTP::ConnectionError) { http.get("/") } }
+    error, seconds = timed { http.get("/") }
+    assert_kind_of Weft::CircuitOpen, error
+    assert_operator seconds, :<, 0.05
+    assert_equal 4, srv.connections, "a connection was opened while the breaker was open"
+  end
+
+  def test_refused_connections_count_too
+    http = client("http://127.0.0.1:#{free_tcp_port}", breaker: FAST) # nothing listens there
+    4.times { assert_raises(Weft::HTTP::ConnectionRefused) { http.get("/") } }
+    assert_raises(Weft::CircuitOpen) { http.get("/") }
+  end
+
+  def test_each_origin_has_its_own_breaker_shared_by_every_client_of_the_process
+    bad, = flaky_server
+    good = server { |_request| [200, {}, "fine"] }
+    http = client(breaker: FAST)
+    4.times { http.get(bad.url) }
+    assert_raises(Weft::CircuitOpen) { http.get(bad.url) }
+    assert_equal "fine", http.get(good.url).body
+    # Another client in the same process finds the failing origin's breaker open too.
+    assert_raises(Weft::CircuitOpen) { client(breaker: true).get(bad.url) }
+    assert_equal 4, bad.requests.size
+  end
+
+  def test_a_breaker_given_guards_every_origin_and_a_deadline_counts_as_a_failure
+    slow = server { |_request| sleep 1; [200, {}, "late"] }
+    breaker = Weft::CircuitBreaker.new("test #{name}", register: false, **FAST)
+    http = client(slow.url, breaker: breaker)
+    4.times { assert_raises(Weft::DeadlineExceeded) { http.get("/", deadline: 0.05) } }
+    assert_equal :open, breaker.state
+    assert_equal [4, 4], breaker.statistics.values_at(:calls, :failures)
+  end
+
+  def test_failed_statuses_are_configurable
+    srv = server { |_request| [404, {}, "no"] }
+    http = client(srv.url, breaker: FAST.merge(failed_statuses: [404]))
+    4.times { http.get("/") }
+    assert_raises(Weft::CircuitOpen) { http.get("/") }
+  end
+
+  def test_invalid_breaker_settings_are_rejected_at_construction
+    [:yes, 3, { failure_rate: 2 }, { failed_statuses: 5 }, { nonsense: 1 }].each do |setting|
+      assert_raises(ArgumentError, setting.inspect) { Weft::HTTP::Client.new("http://127.0.0.1:1", breaker: setting) }
+    end
+  end
+end
