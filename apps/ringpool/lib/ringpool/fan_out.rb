@@ -31,6 +31,23 @@ module Ringpool
       @client_options = { connect_timeout: 1, read_timeout: 5, idle_timeout: 30 }.merge(client_options)
       @clients = {}
       @breakers = {}
+      @sessions = {}
+    end
+
+    # Starts afresh with a peer whose URL another process now answers (a worker replaced after
+    # a crash): the breaker opened on the dead process says nothing about the new one, and
+    # holding its pools' items to overflow numbers for the breaker's open and ramp time would
+    # undo the takeover.
+    # @param sessions [Hash{String => Integer}] shard URL => its lock session's backend pid
+    # @return [void]
+    def shards_seen(sessions)
+      sessions.each do |url, session|
+        previous = @sessions[url]
+        @sessions[url] = session
+        next if previous.nil? || previous == session
+        @breakers.delete(url)
+        @clients.delete(url)&.close
+      end
     end
 
     # @param groups [Hash{String => Array<Allocator::Item>}] peer URL => the items it owns

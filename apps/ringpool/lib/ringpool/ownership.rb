@@ -41,6 +41,9 @@ module Ringpool
     SQL
     ROUTES_OF = "#{ROUTES} and l.objid = any($2::integer[]::oid[])"
 
+    # Which lock session answers for each shard URL now: a new one means another process.
+    SHARD_SESSIONS = "select url, pid from ringpool_shards"
+
     LIVE_SHARDS = <<~SQL
       select count(*) from ringpool_shards s
        where s.heartbeat_at > now() - make_interval(secs => $1)
@@ -58,7 +61,9 @@ module Ringpool
     # @param catalog [Catalog]
     # @param allocator [Allocator] where owned pools' states live
     # @param interval [Numeric] seconds between ticks
-    def initialize(url:, database_url:, store:, catalog:, allocator:, interval: 1.0)
+    # @param on_shards [#call, nil] given, every tick, each shard URL's lock session (backend
+    #   pid), which changes when another process takes the URL over (a replaced worker)
+    def initialize(url:, database_url:, store:, catalog:, allocator:, interval: 1.0, on_shards: nil)
       raise ArgumentError, "interval must be a positive number of seconds" unless interval.is_a?(Numeric) && interval.positive?
       @url = url
       @database_url = database_url
@@ -71,6 +76,7 @@ module Ringpool
       @lock = Thread::Mutex.new
       @failed = false
       @unowned = {}
+      @on_shards = on_shards
     end
 
     # @return [Boolean] whether the lock session failed last time it was used (PostgreSQL
@@ -106,6 +112,7 @@ module Ringpool
     def tick
       session do |conn|
         heartbeat(conn)
+        @on_shards&.call(conn.exec(SHARD_SESSIONS).to_h { |row| [row["url"], Integer(row["pid"])] })
         @catalog.refresh
         routes = read_routes(conn)
         mine = routes.select { |_id, owner| owner == @url }.keys

@@ -50,7 +50,8 @@ module Ringpool
     def run(url)
       @url = url
       @ownership = Ownership.new(url: url, database_url: @settings.database_url, store: @store, catalog: @catalog,
-                                 allocator: @allocator, interval: @settings.ownership_interval)
+                                 allocator: @allocator, interval: @settings.ownership_interval,
+                                 on_shards: @fan_out.method(:shards_seen))
       FileUtils.mkdir_p(File.dirname(URI.parse(url).path))
       peer = Weft::Server.new(PeerAPI.new(self), binds: [url], shutdown_timeout: 5)
       Weft.spawn(detached: true, name: "ringpool peer listener") { peer.run }
