@@ -57,12 +57,12 @@ class RingpoolChaosTest < Minitest::Test
   def test_no_number_is_handed_out_twice_through_kills_and_a_database_restart
     pools = create_pools
     requests = nil
-    kills = 0
+    chaos_done = { kills: 0, restarts: 0 }
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     Weft.run do
       remaining = (ALLOCATIONS + ITEMS - 1) / ITEMS
       requests = []
-      chaos = Weft.spawn { kills = make_chaos(-> { requests.size }, remaining) }
+      chaos = Weft.spawn { make_chaos(-> { requests.size }, remaining, chaos_done) }
       Weft.gather(Array.new(CLIENTS) do
         Weft.spawn do
           http = Weft::HTTP::Client.new("http://127.0.0.1:#{@cluster.port}", proxy: nil, read_timeout: 10, deadline: 10)
@@ -77,7 +77,7 @@ class RingpoolChaosTest < Minitest::Test
       chaos.cancel
     end
     elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-    report = check(requests, pools, kills, elapsed)
+    report = check(requests, pools, chaos_done, elapsed)
     puts report if ENV["RINGPOOL_CHAOS_REPORT"] == "1"
   end
 
@@ -111,27 +111,27 @@ class RingpoolChaosTest < Minitest::Test
   end
 
   # Kills a random shard every KILL_EVERY seconds, and restarts PostgreSQL once, when a third
-  # of the requests are done. @return [Integer] kills
-  def make_chaos(done, total)
-    kills = 0
+  # of the requests are done; counts both in `counts` until cancelled.
+  def make_chaos(done, total, counts)
     restarted = nil
     loop do
       sleep KILL_EVERY
       pid = @cluster.shard_health(rand(SHARDS), timeout: 0.5)&.fetch("pid")
       if pid
         Process.kill("KILL", pid)
-        kills += 1
+        counts[:kills] += 1
       end
+      next if restarted || done.call < total / 3
       # The restart blocks for a second or two: on a thread, so the clients go on meanwhile.
-      restarted ||= Thread.new { @postgres.restart } if done.call >= total / 3
+      restarted = Thread.new { @postgres.restart }
+      counts[:restarts] += 1
     end
   ensure
     restarted&.join
-    return kills # rubocop:disable Lint/EnsureReturn
   end
 
   # @return [String] the report
-  def check(requests, pools, kills, elapsed)
+  def check(requests, pools, chaos_done, elapsed)
     answered = requests.select(&:answers)
     refute_empty answered
     assert(requests.all? { |request| request.answers || request.error }, "a request got neither an answer nor an error")
@@ -185,7 +185,7 @@ class RingpoolChaosTest < Minitest::Test
     items = answered.sum { |request| request.items.size }
     <<~REPORT
       ringpool chaos: #{SHARDS} shards, #{CLIENTS} clients, #{requests.size} requests of #{ITEMS} items in #{elapsed.round(1)} s
-      (#{(items / elapsed).round} allocations/s), deadline #{(DEADLINE * 1000).round} ms, #{kills} kill -9, 1 PostgreSQL restart
+      (#{(items / elapsed).round} allocations/s), deadline #{(DEADLINE * 1000).round} ms, #{chaos_done[:kills]} kill -9, #{chaos_done[:restarts]} PostgreSQL restart(s)
       answered: #{answered.size} requests, #{items} items: #{tracked.size} tracked, #{reasons.sort.map { |r, n| "#{n} #{r}" }.join(', ')}
       no answer (worker killed mid-request): #{lost} requests (#{requests.filter_map(&:error).map(&:class).tally.map { |k, n| "#{n} #{k.name.split('::').last}" }.join(', ')})
       stored allocations: #{rows.size} (#{rows.size - handed_out.size} stored but not handed out: a peer that answered after the deadline, or a killed worker's); handed out twice: #{twice.size}; tracked answers not stored: #{missing.size}; overlapping lockouts in the table: 0
