@@ -105,6 +105,18 @@ module Ringpool
       missing.each { |id| found[id] ? (@routes[id] = found[id]) : (@unowned[id] = true) }
     end
 
+    # Looks up the owners of pools again, whatever this shard believed: a shard it asked
+    # answered that it does not own them (ownership moved since the last tick).
+    # @param ids [Array<Integer>]
+    # @return [Hash{Integer => String}] pool id => the owner's URL, for the pools that have one
+    # @raise what the query raises
+    def reroute(ids)
+      ids = ids.uniq
+      found = @store.db.query(ROUTES_OF, LOCK_CLASS, "{#{ids.join(',')}}").to_h { |row| [Integer(row["ring_pool_id"]), row["url"]] }
+      ids.each { |id| found[id] ? (@routes[id] = found[id]) : @routes.delete(id) }
+      found
+    end
+
     # One round of heartbeat, routing and claiming (see the class comment). Bounded (see
     # #session); a failure drops every pool this shard holds and closes the lock session.
     # @return [void]

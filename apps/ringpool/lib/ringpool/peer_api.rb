@@ -12,7 +12,8 @@ module Ringpool
   #                             worker took the connection)
   #
   # Items must be of pools this shard owns; the others answer `{"not_owner": true}` (ownership
-  # moved since the caller's last tick) and the caller hands out their overflow numbers. The
+  # moved since the caller's last tick) and the caller looks the owner up again and asks it,
+  # once, handing out the overflow number if that fails too. The
   # caller's remaining time arrives in the `ringpool-deadline` header (FanOut::DEADLINE_HEADER).
   class PeerAPI
     HEADERS = { "content-type" => "application/json" }.freeze

@@ -90,11 +90,10 @@ module Ringpool
             results[index] = unowned(pool)
           end
         end
-        gathered = remote.empty? ? nil : Weft.spawn(name: "ringpool gather") { @fan_out.call(remote.transform_values { |pairs| pairs.map(&:last) }) }
-        @allocator.allocate(local.map(&:last)).each_with_index { |result, i| results[local[i].first] = settle(result, local[i].last) }
-        collect(gathered)&.each do |url, answers|
-          answers.each_with_index { |result, i| results[remote[url][i].first] = settle(result, remote[url][i].last) }
-        end
+        moved = []
+        place(local, remote, results, moved)
+        place(*route(moved), results, []) unless moved.empty?
+        moved.each { |index, item| results[index] = settle(results[index], item) }
       end
       results.each { |result| @overflows.count(result) }
     end
@@ -196,7 +195,43 @@ module Ringpool
       Result.overflow(pool, @ownership&.failed? ? "storage_unavailable" : "shard_unavailable")
     end
 
-    # A pool that moved between ticks answers not_owner: its item gets the overflow number.
+    # Allocates `local` items here and sends `remote` ones to their owners, all at once, into
+    # `results`; items whose shard answered not_owner go to `moved` with their answer in place.
+    # @param local [Array<(Integer, Allocator::Item)>] index and item
+    # @param remote [Hash{String => Array<(Integer, Allocator::Item)>}] by owner URL
+    def place(local, remote, results, moved)
+      gathered = remote.empty? ? nil : Weft.spawn(name: "ringpool gather") { @fan_out.call(remote.transform_values { |pairs| pairs.map(&:last) }) }
+      answers = local.zip(@allocator.allocate(local.map(&:last)))
+      collect(gathered)&.each { |url, results_of| answers.concat(remote[url].zip(results_of)) }
+      answers.each do |(index, item), result|
+        results[index] = result
+        moved << [index, item] if result.kind == :not_owner
+      end
+    end
+
+    # Where items whose pools moved since the last tick are now: one lookup in PostgreSQL, so
+    # each is asked again once, of its new owner (an item whose pool has none gets the overflow
+    # number, as one whose new owner answers not_owner too).
+    # @return [(Array, Hash)] local and remote items, as #place takes them
+    def route(moved)
+      owners = @ownership ? @ownership.reroute(moved.map { |_, item| item.pool.id }) : {}
+      local = []
+      remote = Hash.new { |hash, url| hash[url] = [] }
+      moved.each do |index, item|
+        owner = owners[item.pool.id]
+        if @allocator.owns?(item.pool.id)
+          local << [index, item]
+        elsif owner && owner != @url
+          remote[owner] << [index, item]
+        end
+      end
+      [local, remote]
+    rescue *Allocator::STORAGE_ERRORS
+      [[], {}] # no lookup: the items keep their overflow numbers
+    end
+
+    # A pool that moved and could not be found again answers not_owner: its item gets the
+    # overflow number.
     def settle(result, item)
       result.kind == :not_owner ? Result.overflow(item.pool, "shard_unavailable") : result
     end
