@@ -16,6 +16,23 @@ class RingpoolClusterTest < Minitest::Test
     @second&.stop
   end
 
+  # @return [Integer] the first of `count` free consecutive TCP ports on 127.0.0.1
+  def consecutive_free_ports(count)
+    20.times do
+      base = Weft::Test.free_tcp_port
+      servers = []
+      begin
+        count.times { |i| servers << TCPServer.new("127.0.0.1", base + i) }
+        return base
+      rescue SystemCallError
+        next
+      ensure
+        servers.each(&:close)
+      end
+    end
+    flunk "no #{count} consecutive free ports"
+  end
+
   def start_cluster(shards, **options)
     @cluster = Ringpool::Test::ProcessCluster.new(database_url: @db, shards: shards, **options).start
     @cluster.port
@@ -53,24 +70,24 @@ class RingpoolClusterTest < Minitest::Test
 
   # Two separate clusters (two ports, two socket folders: what two hosts would be) on one
   # database split the pools between them, and either one answers for every pool.
-  def test_two_clusters_share_one_database
-    port = start_cluster(2)
-    @second = Ringpool::Test::ProcessCluster.new(database_url: @db, shards: 2).start
+  # Two clusters sharing one database, as on two hosts: their shards reach each other over TCP
+  # (RINGPOOL_PEER_ADDRESS), split the pools and each answers for all of them.
+  def test_two_clusters_share_one_database_over_tcp
+    first, second = Array.new(2) { consecutive_free_ports(2) }
+    port = start_cluster(2, peer_port: first)
+    @second = Ringpool::Test::ProcessCluster.new(database_url: @db, shards: 2, peer_port: second).start
     pools = Array.new(4) { create_pool(port, count: 20, lockout: 3600) }
     owners = wait_until(10, "pools spread one per shard over both clusters") do
       owners = pools.map { |pool| api(port, :get, "/ring_pools/#{pool['id']}").last["owner"] }
       owners.none?(&:nil?) && owners.uniq.size == 4 && owners
     end
-    assert_equal 2, owners.map { |url| File.dirname(url) }.uniq.size
+    assert_equal [first, first + 1, second, second + 1].map { |p| "http://127.0.0.1:#{p}" }.sort, owners.sort
     [port, @second.port].each do |entry|
       answers = allocate(entry, pools.map { |pool| { "ring_pool" => pool["id"] } })
       assert(answers.none? { |answer| answer["overflow"] }, answers.inspect)
     end
   end
 
-  # kill -9 of a shard: PostgreSQL ends its lock session, so its pools are free at once; another
-  # shard (or its replacement) takes them over within 5 s, rebuilding their state from the
-  # table: numbers handed out before the kill stay locked out.
   # Allocates `items`, again while an answer says shard_unavailable (for up to 3 s: two
   # ownership ticks), and returns the first answers without it.
   def settled(port, items)
@@ -80,6 +97,9 @@ class RingpoolClusterTest < Minitest::Test
     end
   end
 
+  # kill -9 of a shard: PostgreSQL ends its lock session, so its pools are free at once; another
+  # shard (or its replacement) takes them over within 5 s, rebuilding their state from the
+  # table: numbers handed out before the kill stay locked out.
   def test_a_killed_shards_pools_are_taken_over_within_five_seconds
     port = start_cluster(3)
     pool = create_pool(port, count: 3, lockout: 3600)
@@ -115,6 +135,47 @@ class RingpoolClusterTest < Minitest::Test
   # A shard that stops answering (SIGSTOP): its pools' items get the overflow number within the
   # deadline (1 s here, so that a loaded machine does not miss it for the healthy shard), the
   # others are served as usual; after SIGCONT it serves them again.
+  # After SIGCONT, the other shard does not send the resumed one all its traffic at once: its
+  # breaker for that peer, opened while the peer was stopped, ramps (a share of the calls,
+  # the rest answered with the overflow number) before it closes.
+  def test_a_resumed_shard_is_trusted_again_gradually
+    port = start_cluster(2, deadline_ms: 300, env: { "RINGPOOL_BREAKER_OPEN_FOR" => "1", "RINGPOOL_BREAKER_RAMP_FOR" => "3",
+                                                     "RINGPOOL_BREAKER_MINIMUM_CALLS" => "4" })
+    pools = Array.new(4) { create_pool(port, count: 500, lockout: 1) }
+    owners = wait_until(10, "pools spread two per shard") do
+      owners = pools.map { |pool| api(port, :get, "/ring_pools/#{pool['id']}").last["owner"] }
+      owners.none?(&:nil?) && owners.tally.values.sort == [2, 2] && owners
+    end
+    stopped = owners.first
+    other = (owners - [stopped]).first
+    other_index = Integer(other[/shard-(\d+)\.sock\z/, 1])
+    breaker = -> { @cluster.shard_health(other_index).dig("peers", stopped, "breaker") }
+    theirs = pools.select.with_index { |_, i| owners[i] == stopped }.map { |pool| { "ring_pool" => pool["id"] } }
+    pid = @cluster.pid_of(stopped)
+    Process.kill("STOP", pid)
+    begin
+      # Every request now reaches the other shard (the stopped one accepts nothing).
+      wait_until(10, "the breaker for the stopped shard open") do
+        assert_equal ["shard_unavailable"], allocate(port, theirs).map { |answer| answer["reason"] }.uniq
+        breaker.call == "open"
+      end
+    ensure
+      Process.kill("CONT", pid)
+    end
+    states = []
+    answers = []
+    wait_until(15, "the breaker closed again") do
+      states << breaker.call
+      answers.concat(allocate(port, theirs * 5))
+      states.last == "closed"
+    end
+    assert_includes states, "ramping", "the breaker closed without ramping: #{states.uniq.inspect}"
+    assert(answers.any? { |answer| answer["overflow"] }, "every item was sent to the resumed shard at once")
+    assert(answers.any? { |answer| !answer["overflow"] }, "the resumed shard got no items while ramping")
+  rescue Minitest::Assertion => e
+    raise e.class, "#{e.message}\nstates: #{states.inspect}\n#{@cluster.log_tail}"
+  end
+
   def test_a_stopped_shard_costs_its_pools_the_overflow_number_within_the_deadline
     port = start_cluster(2, deadline_ms: 1_000)
     pools = Array.new(4) { create_pool(port, count: 200, lockout: 3600) }

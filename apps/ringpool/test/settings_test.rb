@@ -13,6 +13,15 @@ class RingpoolSettingsTest < Minitest::Test
     assert_equal({ open_for: 2.0, ramp_for: 6.0, minimum_calls: 20 }, settings.breaker)
   end
 
+  def test_a_peer_address_gives_each_shard_a_tcp_url
+    settings = Ringpool::Settings.from_env({ "DATABASE_URL" => "postgres://x/y", "RINGPOOL_PEER_ADDRESS" => "10.0.0.5:7000" })
+    assert_equal %w[http://10.0.0.5:7000 http://10.0.0.5:7002], [settings.shard_url(0), settings.shard_url(2)]
+    assert_equal "tcp://10.0.0.5:7002", Ringpool::Settings.peer_bind(settings.shard_url(2))
+    ipv6 = Ringpool::Settings.new(database_url: "postgres://x/y", peer_address: "[fd00::5]:7000")
+    assert_equal "http://[fd00::5]:7001", ipv6.shard_url(1)
+    assert_equal "unix:///x/shard-1.sock", Ringpool::Settings.peer_bind("unix:///x/shard-1.sock")
+  end
+
   def test_bad_values_are_argument_errors_naming_the_setting
     {
       {} => /DATABASE_URL/,
@@ -22,7 +31,9 @@ class RingpoolSettingsTest < Minitest::Test
       { "RINGPOOL_DB_POOL" => "many" } => /RINGPOOL_DB_POOL/,
       { "RINGPOOL_DB_POOL" => "0" } => /db_pool_size/,
       { "RINGPOOL_BREAKER_OPEN_FOR" => "0" } => /open_for/,
-      { "RINGPOOL_BREAKER_MINIMUM_CALLS" => "x" } => /RINGPOOL_BREAKER_MINIMUM_CALLS/
+      { "RINGPOOL_BREAKER_MINIMUM_CALLS" => "x" } => /RINGPOOL_BREAKER_MINIMUM_CALLS/,
+      { "RINGPOOL_PEER_ADDRESS" => "10.0.0.5" } => /RINGPOOL_PEER_ADDRESS/,
+      { "RINGPOOL_PEER_ADDRESS" => "10.0.0.5:70000" } => /RINGPOOL_PEER_ADDRESS/
     }.each do |env, message|
       env = { "DATABASE_URL" => "postgres://x/y" }.merge(env) unless env.empty?
       error = assert_raises(ArgumentError, env.inspect) { Ringpool::Settings.from_env(env) }

@@ -9,6 +9,9 @@ module Ringpool
   #
   #   DATABASE_URL                   PostgreSQL (required)
   #   RINGPOOL_SOCKET_DIR            where shards' unix sockets go (default $TMPDIR/ringpool)
+  #   RINGPOOL_PEER_ADDRESS          host:port: shards listen for their peers over TCP instead,
+  #                                  shard N on port + N of that host (the address the other
+  #                                  hosts reach this one at), for clusters on several hosts
   #   RINGPOOL_DEADLINE_MS           one allocation request, fan-out included (default 50)
   #   RINGPOOL_OWNERSHIP_INTERVAL    seconds between ownership ticks (default 1)
   #   RINGPOOL_DB_POOL               PostgreSQL connections per shard (default 8)
@@ -28,6 +31,8 @@ module Ringpool
     attr_reader :db_pool_size
     # @return [Hash] options for each peer's Weft::CircuitBreaker (open_for:, ramp_for:, minimum_calls:)
     attr_reader :breaker
+    # @return [(String, Integer), nil] host and first port for peers over TCP
+    attr_reader :peer_address
 
     # @param env [Hash] the environment
     # @return [Settings]
@@ -35,6 +40,7 @@ module Ringpool
       new(
         database_url: env["DATABASE_URL"],
         socket_dir: env.fetch("RINGPOOL_SOCKET_DIR", File.join(Dir.tmpdir, "ringpool")),
+        peer_address: env["RINGPOOL_PEER_ADDRESS"],
         deadline: number(env, "RINGPOOL_DEADLINE_MS", 50) / 1000.0,
         ownership_interval: number(env, "RINGPOOL_OWNERSHIP_INTERVAL", 1),
         db_pool_size: Integer(env.fetch("RINGPOOL_DB_POOL", "8"), exception: false) || raise(ArgumentError, "RINGPOOL_DB_POOL must be an integer"),
@@ -56,14 +62,15 @@ module Ringpool
 
     # @raise [ArgumentError] for a missing database URL or a bad value (the breaker options are
     #   checked by building a breaker with them)
-    def initialize(database_url:, socket_dir: File.join(Dir.tmpdir, "ringpool"), deadline: 0.05, ownership_interval: 1.0,
-                   db_pool_size: 8, breaker: {})
+    def initialize(database_url:, socket_dir: File.join(Dir.tmpdir, "ringpool"), peer_address: nil, deadline: 0.05,
+                   ownership_interval: 1.0, db_pool_size: 8, breaker: {})
       raise ArgumentError, "DATABASE_URL (database_url) is required" if database_url.nil? || database_url.empty?
       raise ArgumentError, "deadline must be a positive number of seconds" unless positive?(deadline)
       raise ArgumentError, "ownership_interval must be a positive number of seconds" unless positive?(ownership_interval)
       raise ArgumentError, "db_pool_size must be an integer of at least 1" unless db_pool_size.is_a?(Integer) && db_pool_size >= 1
       @database_url = database_url
       @socket_dir = socket_dir
+      @peer_address = peer_address && parse_address(peer_address)
       @deadline = deadline.to_f
       @ownership_interval = ownership_interval.to_f
       @db_pool_size = db_pool_size
@@ -72,14 +79,33 @@ module Ringpool
       freeze
     end
 
-    # The URL of shard `index`'s unix socket, which is also its identity among the shards.
+    # The URL shard `index` serves its peers at, which is also its identity among the shards:
+    # its unix socket, or with a peer address, http://host:(port + index).
     # @param index [Integer]
     # @return [String]
     def shard_url(index)
-      "unix://#{File.join(@socket_dir, "shard-#{index}.sock")}"
+      return "unix://#{File.join(@socket_dir, "shard-#{index}.sock")}" unless @peer_address
+      host, port = @peer_address
+      "http://#{host.include?(':') ? "[#{host}]" : host}:#{port + index}"
+    end
+
+    # What the peer listener of the shard at `url` binds (a Weft server bind address).
+    # @param url [String] from #shard_url
+    # @return [String]
+    def self.peer_bind(url)
+      url.start_with?("http://") ? url.sub("http://", "tcp://") : url
     end
 
     private
+
+    def parse_address(text)
+      host, port = text.to_s.match(/\A\[?([^\[\]]+?)\]?:(\d+)\z/)&.captures
+      port = port&.to_i
+      unless host && port&.between?(1, 65_535)
+        raise ArgumentError, "RINGPOOL_PEER_ADDRESS (peer_address) must be host:port, not #{text.inspect}"
+      end
+      [host, port]
+    end
 
     def positive?(value)
       value.is_a?(Numeric) && value.finite? && value.positive?

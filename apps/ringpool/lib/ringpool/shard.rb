@@ -45,15 +45,15 @@ module Ringpool
     # this reactor, on this shard's unix socket), then migrates the schema, ticks ownership and
     # writes overflow counters every ownership interval. On the way out the peer listener stops
     # gracefully and the lock session closes, so the other shards take the pools over at once.
-    # @param url [String] "unix:///path/shard-N.sock"
+    # @param url [String] "unix:///path/shard-N.sock", or "http://host:port" (Settings#shard_url)
     # @return [void]
     def run(url)
       @url = url
       @ownership = Ownership.new(url: url, database_url: @settings.database_url, store: @store, catalog: @catalog,
                                  allocator: @allocator, interval: @settings.ownership_interval,
                                  on_shards: @fan_out.method(:shards_seen))
-      FileUtils.mkdir_p(File.dirname(URI.parse(url).path))
-      peer = Weft::Server.new(PeerAPI.new(self), binds: [url], shutdown_timeout: 5)
+      FileUtils.mkdir_p(File.dirname(URI.parse(url).path)) if url.start_with?("unix:")
+      peer = Weft::Server.new(PeerAPI.new(self), binds: [Settings.peer_bind(url)], shutdown_timeout: 5)
       Weft.spawn(detached: true, name: "ringpool peer listener") { peer.run }
       loop do
         maintain

@@ -23,7 +23,10 @@ module Ringpool
 
       # The deadline is generous by default: on a loaded test machine a tight one turns tracked
       # answers into overflow numbers, which is right for the service but not what most tests check.
-      def initialize(database_url:, shards:, deadline_ms: 2_000, interval: 0.2)
+      # @param env [Hash] more settings (RINGPOOL_BREAKER_OPEN_FOR, ...)
+      # @param peer_port [Integer, nil] shards talk to each other over TCP on 127.0.0.1, shard N
+      #   on peer_port + N, instead of unix sockets
+      def initialize(database_url:, shards:, deadline_ms: 2_000, interval: 0.2, env: {}, peer_port: nil)
         @database_url = database_url
         @shards = shards
         @dir = Dir.mktmpdir("ringpool-cluster")
@@ -34,7 +37,9 @@ module Ringpool
           "RINGPOOL_BIND" => "tcp://127.0.0.1:#{@port}", "RINGPOOL_SHARDS" => shards.to_s,
           "RINGPOOL_DEADLINE_MS" => deadline_ms.to_s, "RINGPOOL_OWNERSHIP_INTERVAL" => interval.to_s,
           "RINGPOOL_DB_POOL" => "4"
-        }
+        }.merge(env)
+        @peer_port = peer_port
+        @env["RINGPOOL_PEER_ADDRESS"] = "127.0.0.1:#{peer_port}" if peer_port
       end
 
       # Starts the master and waits until every shard answers on its own socket.
@@ -53,13 +58,13 @@ module Ringpool
 
       # @return [String] shard `index`'s URL
       def shard_url(index)
+        return "http://127.0.0.1:#{@peer_port + index}" if @peer_port
         "unix://#{File.join(@env['RINGPOOL_SOCKET_DIR'], "shard-#{index}.sock")}"
       end
 
       # GET /health on shard `index`'s own socket. @return [Hash, nil] nil when it does not answer
       def shard_health(index, timeout: 2)
-        path = URI.parse(shard_url(index)).path
-        socket = UNIXSocket.new(path)
+        socket = @peer_port ? TCPSocket.new("127.0.0.1", @peer_port + index) : UNIXSocket.new(URI.parse(shard_url(index)).path)
         socket.write("GET /health HTTP/1.1\r\nHost: shard\r\nConnection: close\r\n\r\n")
         return nil unless socket.wait_readable(timeout)
         response = socket.read
@@ -72,7 +77,7 @@ module Ringpool
 
       # @return [Integer] the worker pid serving shard `url`
       def pid_of(url)
-        index = Integer(url[/shard-(\d+)\.sock\z/, 1])
+        index = @peer_port ? Integer(url[/:(\d+)\z/, 1]) - @peer_port : Integer(url[/shard-(\d+)\.sock\z/, 1])
         shard_health(index).fetch("pid")
       end
 
