@@ -129,6 +129,21 @@ class SchedulerTest < Minitest::Test
     end
   end
 
+  # Interrupted inside ConditionVariable#wait, the wait still returns holding the mutex, so
+  # the timeout (not "Attempt to unlock a mutex which is not locked") reaches the caller. Ruby
+  # 3.1 needs Weft::MutexSleepFix for this; 3.3 does it itself.
+  def test_a_timeout_in_a_condition_wait_leaves_the_mutex_locked_for_synchronize
+    mutex = Thread::Mutex.new
+    condition = Thread::ConditionVariable.new
+    error = Weft.run do
+      Weft.timeout(0.05) { mutex.synchronize { condition.wait(mutex) } }
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      e
+    end
+    assert_kind_of Weft::TimeoutError, error
+    refute mutex.locked?
+  end
+
   def test_stdlib_timeout_needs_no_thread
     threads_before = Thread.list.size
     error = Weft.run do

@@ -12,7 +12,9 @@ module Weft
   #   Timeout.timeout(1) { mutex.synchronize { condition.wait(mutex) } } # => ThreadError
   #
   # Re-locking on the way out restores the documented behaviour. Where Ruby already re-locked,
-  # #owned? is true and this does nothing.
+  # #owned? is true and this does nothing. Ruby 3.3 re-locks by itself (checked on 3.3.8 with
+  # the example above), so the prepend happens only on older Rubies: 3.1, where it is needed,
+  # and 3.2, which has not been tried.
   module MutexSleepFix
     def sleep(timeout = nil)
       super
@@ -23,4 +25,4 @@ module Weft
   end
 end
 
-Thread::Mutex.prepend(Weft::MutexSleepFix)
+Thread::Mutex.prepend(Weft::MutexSleepFix) if RUBY_VERSION < "3.3"
