@@ -26,5 +26,6 @@ Gem::Specification.new do |spec|
   # 1.x releases up to the pin below still support Ruby 3.1.
   spec.add_dependency "io-event", "~> 1.7"
   spec.add_dependency "rack", ">= 2.2", "< 4"
-  spec.add_dependency "pg", "~> 1.5"
+  # pg is not a dependency: only Weft::Postgres needs it (`require "weft/postgres"` says so
+  # when it is missing), and users of the core, server or HTTP client need not compile it.
 end

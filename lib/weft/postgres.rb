@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "pg"
+begin
+  require "pg"
+rescue LoadError => e
+  raise LoadError, "Weft::Postgres needs the pg gem (1.5 or later): add `gem \"pg\", \"~> 1.5\"` to your Gemfile " \
+                   "(#{e.message})"
+end
 require_relative "../weft"
 require_relative "postgres/errors"
 require_relative "postgres/settings"
