@@ -48,18 +48,28 @@ module PostgresBench
     # so a change in the machine's other load hits every column alike.
     # @return [Hash{[server, n, c] => Hash}] wrk figures per cell
     def run(seconds)
-      raise_file_limit
       ns = list("BENCH_N", "5,10,20,50,100").map { |v| Integer(v) }
       cs = list("BENCH_C", "10,100,1000").map { |v| Integer(v) }
+      warm_up = ->(port) { wrk(port, 1, 50, 100) } # connections opened, code loaded
+      measure_cells(list("BENCH_SERVERS", "weft,puma,falcon"), ns, cs, warm_up) do |port, c, n|
+        wrk(port, seconds, c, n).tap { settle(port) }
+      end
+    end
+
+    # Starts every server (idle ones cost nothing), warms each up, then measures each cell
+    # (concurrency c, a long statement every n requests) on every server back to back.
+    # @yieldparam port [Integer] @yieldparam c [Integer] @yieldparam n [Integer]
+    # @return [Hash{[server, n, c] => Object}] what the block measured
+    def measure_cells(servers, ns, cs, warm_up)
+      raise_file_limit
       results = {}
-      with_servers(list("BENCH_SERVERS", "weft,puma,falcon")) do |ports|
-        ports.each_value { |port| wrk(port, 1, 50, 100) } # warm-up: connections opened, code loaded
+      with_servers(servers) do |ports|
+        ports.each_value(&warm_up)
         cs.each do |c|
           ns.each do |n|
             ports.each do |server, port|
-              results[[server, n, c]] = wrk(port, seconds, c, n)
+              results[[server, n, c]] = yield(port, c, n)
               warn "#{server} n=#{n} c=#{c}: #{results[[server, n, c]].inspect}"
-              settle(port)
             end
           end
         end

@@ -46,20 +46,8 @@ module Seeds
     def long_short_table
       ns = ENV.fetch("SEED_002_N", "5,10,20,50,100").split(",").map { |n| Integer(n) }
       cs = ENV.fetch("SEED_002_C", "10,100,1000").split(",").map { |c| Integer(c) }
-      PostgresBench::HttpBench.raise_file_limit
-      results = {}
-      PostgresBench::HttpBench.with_servers(SERVERS) do |ports|
-        ports.each_value { |port| hey(port, 100, 10, 100) } # warm-up: code loaded, connections open
-        cs.each do |c|
-          ns.each do |n|
-            ports.each do |server, port|
-              results[[server, n, c]] = hey(port, REQUESTS, c, n)
-              warn "seed 002 #{server} 1:#{n} c=#{c}: #{results[[server, n, c]].inspect}"
-            end
-          end
-        end
-      end
-      results
+      warm_up = ->(port) { hey(port, 100, 10, 100) } # code loaded, connections open
+      PostgresBench::HttpBench.measure_cells(SERVERS, ns, cs, warm_up) { |port, c, n| hey(port, REQUESTS, c, n) }
     end
 
     # Sends `requests` requests, `concurrency` at a time, and waits for every answer.
