@@ -17,6 +17,9 @@ module Weft
   # A task inherits the deadline its spawner runs under (see Weft.deadline): when it passes,
   # Weft::DeadlineExceeded is raised where the task waits, as in its spawner.
   class Task
+    # Whether this Ruby has inheritable fiber storage (Fiber[], 3.2+).
+    STORAGE = Fiber.method_defined?(:storage)
+    private_constant :STORAGE
     # The task running the current fiber, or nil outside any task.
     # @return [Task, nil]
     def self.current
@@ -53,6 +56,8 @@ module Weft
       @started = false
       @deadline = deadline
       @deadline_timer = nil
+      # Made in the spawner's fiber: the copy of its storage this task starts with (Ruby 3.2+).
+      @storage = Fiber.current.storage if STORAGE
       parent&.adopt(self)
     end
 
@@ -150,6 +155,7 @@ module Weft
       @started = true
       @fiber = Fiber.current
       Thread.current[:weft_task] = self
+      adopt_storage if STORAGE
       raise Cancelled, "task cancelled before it started" if @cancel_requested
       enter_deadline if @deadline
       block = @block
@@ -174,6 +180,16 @@ module Weft
     end
 
     private
+
+    # Fiber storage (Fiber[], Ruby 3.2+) belongs to the task, not to the pooled fiber running it:
+    # what the previous task stored is dropped and the spawner's copy taken, as a new fiber would
+    # (Fiber#storage= would do it in one call, but is experimental and warns).
+    def adopt_storage
+      inherited = @storage
+      @storage = nil
+      Fiber.current.storage.each_key { |key| Fiber[key] = nil unless inherited.key?(key) }
+      inherited.each { |key, value| Fiber[key] = value }
+    end
 
     def finish(status, value, error)
       @deadline_timer&.cancel
