@@ -19,7 +19,8 @@ module Weft
   class Task
     # Whether this Ruby has inheritable fiber storage (Fiber[], 3.2+).
     STORAGE = Fiber.method_defined?(:storage)
-    private_constant :STORAGE
+    NO_STORAGE = {}.freeze
+    private_constant :STORAGE, :NO_STORAGE
     # The task running the current fiber, or nil outside any task.
     # @return [Task, nil]
     def self.current
@@ -185,9 +186,9 @@ module Weft
     # what the previous task stored is dropped and the spawner's copy taken, as a new fiber would
     # (Fiber#storage= would do it in one call, but is experimental and warns).
     def adopt_storage
-      inherited = @storage
+      inherited = @storage || NO_STORAGE # a fiber that never stored anything has nil
       @storage = nil
-      Fiber.current.storage.each_key { |key| Fiber[key] = nil unless inherited.key?(key) }
+      Fiber.current.storage&.each_key { |key| Fiber[key] = nil unless inherited.key?(key) }
       inherited.each { |key, value| Fiber[key] = value }
     end
 
