@@ -13,6 +13,20 @@ class HTTPClientBreakerTest < Minitest::Test
   # Opens after 4 failures in the last 4 calls; ramps straight to all calls after 0.2 s.
   FAST = { window_calls: 4, minimum_calls: 4, open_for: 0.2, ramp: [0.5, 1.0], ramp_for: 0.4, ramp_minimum_calls: 2 }.freeze
 
+  # The breakers made per origin live in the process's registry: drop this test's, so that a
+  # later test whose server happens to get the same port starts with a closed breaker.
+  def teardown
+    (Weft::CircuitBreaker.all.map(&:name) - @registered).each do |name|
+      Weft::CircuitBreaker.unregister(name) if name.start_with?("http ")
+    end
+    super
+  end
+
+  def setup
+    super
+    @registered = Weft::CircuitBreaker.all.map(&:name)
+  end
+
   def flaky_server
     state = { failing: true }
     srv = server { |_request| state[:failing] ? [503, {}, "down"] : [200, {}, "up"] }
@@ -78,11 +92,39 @@ class HTTPClientBreakerTest < Minitest::Test
     assert_equal [4, 4], breaker.statistics.values_at(:calls, :failures)
   end
 
+  def test_a_cancelled_request_is_not_counted
+    srv = server { |_request| sleep 1; [200, {}, "late"] }
+    breaker = Weft::CircuitBreaker.new("test #{name}", register: false, **FAST)
+    http = client(srv.url, breaker: breaker)
+    Weft.run do
+      requests = Array.new(4) { Weft.spawn { http.get("/") } }
+      sleep 0.1 # every request is waiting for its answer
+      requests.each(&:cancel)
+      requests.each { |task| assert_nil task.wait }
+      assert requests.all?(&:cancelled?)
+    end
+    assert_equal :closed, breaker.state
+    assert_equal [4, 0, 4], breaker.statistics.values_at(:calls, :failures, :ignored)
+    assert_equal 4, srv.connections
+  end
+
+  def test_which_errors_count_is_configurable
+    srv = server { |_request| sleep 0.5; [200, {}, "late"] }
+    http = client(srv.url, breaker: FAST.merge(failure: [Weft::HTTP::ConnectionError]))
+    4.times { assert_raises(Weft::HTTP::ReadTimeout) { http.get("/", read_timeout: 0.05) } }
+    assert_equal [0, 4], http_breaker(srv).statistics.values_at(:failures, :ignored)
+    assert_equal "late", http.get("/").body, "timeouts opened a breaker that counts connection errors only"
+  end
+
   def test_failed_statuses_are_configurable
     srv = server { |_request| [404, {}, "no"] }
     http = client(srv.url, breaker: FAST.merge(failed_statuses: [404]))
     4.times { http.get("/") }
     assert_raises(Weft::CircuitOpen) { http.get("/") }
+  end
+
+  def http_breaker(srv)
+    Weft::CircuitBreaker["http #{srv.url.chomp('/')}"]
   end
 
   def test_invalid_breaker_settings_are_rejected_at_construction

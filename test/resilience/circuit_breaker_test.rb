@@ -371,6 +371,19 @@ class CircuitBreakerTest < Minitest::Test
     assert_nil Weft::CircuitBreaker["unregistered-#{name}"]
   end
 
+  def test_for_keeps_one_breaker_per_name_until_it_is_unregistered
+    made = Weft::CircuitBreaker.for("for-#{name}", open_for: 1)
+    assert_same made, Weft::CircuitBreaker.for("for-#{name}", open_for: 2)
+    assert_same made, Weft::CircuitBreaker["for-#{name}"]
+    assert_same made, Weft::CircuitBreaker.unregister("for-#{name}")
+    assert_nil Weft::CircuitBreaker["for-#{name}"]
+    refute_includes Weft::CircuitBreaker.all, made
+    refute_same made, Weft::CircuitBreaker.for("for-#{name}")
+    assert_nil Weft::CircuitBreaker.unregister("never-#{name}")
+  ensure
+    Weft::CircuitBreaker.unregister("for-#{name}")
+  end
+
   def test_failed_if_counts_a_value_as_a_failure_and_still_returns_it
     b = breaker(minimum_calls: 2, window_calls: 2)
     answers = Array.new(2) { b.call(failed_if: ->(status) { status >= 500 }) { 503 } }

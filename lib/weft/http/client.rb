@@ -11,7 +11,6 @@ require_relative "response"
 require_relative "connection"
 require_relative "connector"
 require_relative "proxy"
-require_relative "breakers"
 
 module Weft
   module HTTP
@@ -73,8 +72,9 @@ module Weft
       #   URL for all origins, or none
       # @param headers [Hash] fields sent with every request
       # @param breaker [Weft::CircuitBreaker, true, Hash, nil] puts the origins behind circuit
-      #   breakers (see Breakers): this one for all, or one per origin (true: default options;
-      #   a Hash: CircuitBreaker options, plus `failed_statuses:`, 500..599 by default)
+      #   breakers (see Weft::Resilience::OriginBreakers): this one for every origin, or one per
+      #   origin shared by every client of the process (true: default options; a Hash:
+      #   CircuitBreaker options, plus `failed_statuses:`, 500..599 by default)
       def initialize(base_url = nil, **options)
         unknown = options.keys - DEFAULTS.keys
         raise ArgumentError, "unknown option(s) #{unknown.join(', ')}" unless unknown.empty?
@@ -85,7 +85,7 @@ module Weft
         @base_origin = @base_url && Origin.from_uri(@base_url)
         @connector = Connector.new(ssl: @options[:ssl], proxy: build_proxy(@options[:proxy]))
         @default_headers = Request.fields(@options[:headers])
-        @breakers = @options[:breaker] && Breakers.new(@options[:breaker])
+        @breakers = @options[:breaker] && build_breakers(@options[:breaker])
         @pools = {}
         @pools_lock = Thread::Mutex.new
         @closed = false
@@ -299,18 +299,24 @@ module Weft
         end
       end
 
+      # Sends the request and reads the response head; the Response then owns the connection
+      # and hands it back (or closes it) when its body ends.
       def exchange(pool, connection, request, budget, max_body_size)
-        connection.write_request(request, budget, extra_headers(request))
-        head = connection.read_head(request.method, budget)
-        finish = ->(complete) { release(pool, connection, complete) }
-        reader = ->(into) { budget.enforce { connection.read_body(budget, into) } }
-        response = Response.new(head, request, reader, finish, decode: @options[:decompress] && !request["accept-encoding"],
-                                                               max_body_size: max_body_size)
+        begin
+          connection.write_request(request, budget, extra_headers(request))
+          head = connection.read_head(request.method, budget)
+          finish = ->(complete) { release(pool, connection, complete) }
+          reader = ->(into) { budget.enforce { connection.read_body(budget, into) } }
+          response = Response.new(head, request, reader, finish, decode: @options[:decompress] && !request["accept-encoding"],
+                                                                 max_body_size: max_body_size)
+        rescue Exception # rubocop:disable Lint/RescueException
+          release(pool, connection, false)
+          raise
+        end
+        # Not under the rescue above: once the connection is back in the pool another request
+        # may hold it, and only the Response knows whether it was handed back.
         response.body if head.framing == :none # nothing to read: the connection is free at once
         response
-      rescue Exception # rubocop:disable Lint/RescueException
-        release(pool, connection, false)
-        raise
       end
 
       # Hands a connection back: to the pool when its response was read to the end and it may
@@ -353,6 +359,18 @@ module Weft
 
       def pools
         @pools_lock.synchronize { @pools.values }
+      end
+
+      # The resilience layer is loaded here, by the clients that use a breaker, and only by them.
+      # @return [Weft::Resilience::OriginBreakers]
+      def build_breakers(setting)
+        require_relative "../resilience"
+        case setting
+        when CircuitBreaker then Resilience::OriginBreakers.new("http", breaker: setting)
+        when true then Resilience::OriginBreakers.new("http")
+        when Hash then Resilience::OriginBreakers.new("http", **setting)
+        else raise ArgumentError, "breaker must be a Weft::CircuitBreaker, true or a Hash of its options (got #{setting.inspect})"
+        end
       end
 
       def build_proxy(option)

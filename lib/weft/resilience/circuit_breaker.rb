@@ -80,6 +80,14 @@ module Weft
         end
       end
 
+      # Removes the breaker registered under `name` (a dependency no longer called: the registry
+      # keeps breakers for the life of the process otherwise). The next CircuitBreaker.for(name)
+      # makes a fresh one; whoever holds the removed one may go on using it.
+      # @return [CircuitBreaker, nil] the breaker removed
+      def unregister(name)
+        @registry_lock.synchronize { @registry.delete(name.to_s) }
+      end
+
       # Adds a breaker to the registry; a newer breaker under the same name replaces the older.
       # @api private
       def register(breaker)

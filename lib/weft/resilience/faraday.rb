@@ -27,44 +27,28 @@ module Weft
       # @param app the next middleware
       # @param breaker [CircuitBreaker, nil] the breaker to use; nil uses one per origin (scheme,
       #   host and port) for the whole process, registered as "faraday ORIGIN" and made from the
-      #   `breaker_options` of the first connection that needs it
+      #   `breaker_options` of the first connection that needs it (see OriginBreakers)
       # @param failed_statuses [#include?] response statuses that count as failures
       # @param fallback [#call, nil] called with the Weft::Rejected when the breaker refuses
       # @param breaker_options options for the breakers made per origin (see CircuitBreaker.new)
       def initialize(app, breaker: nil, failed_statuses: 500..599, fallback: nil, **breaker_options)
         super(app)
-        raise ArgumentError, "breaker must be a Weft::CircuitBreaker" unless breaker.nil? || breaker.is_a?(CircuitBreaker)
-        raise ArgumentError, "failed_statuses must respond to include?" unless failed_statuses.respond_to?(:include?)
         raise ArgumentError, "fallback must respond to call" unless fallback.nil? || fallback.respond_to?(:call)
-        raise ArgumentError, "breaker options are for the breakers made per origin, not with breaker:" if breaker && !breaker_options.empty?
 
-        @breaker = breaker
-        @failed_status = ->(response) { failed_statuses.include?(response.status) }
+        # Faraday builds a middleware per connection; the breaker of an origin is the process's,
+        # so every connection to a failing origin sees it open.
+        @breakers = OriginBreakers.new("faraday", breaker: breaker, failed_statuses: failed_statuses, **breaker_options)
         @fallback = fallback
-        @breaker_options = breaker_options
-        @breakers = {}
-        # Built once, so that invalid breaker options fail when the connection is built.
-        CircuitBreaker.new("faraday options check", register: false, **breaker_options) unless breaker
       end
 
       # Sends the request through the breaker.
       # @return [Faraday::Response]
       def call(env)
-        breaker_for(env.url).call(failed_if: @failed_status) { @app.call(env) }
+        url = env.url
+        @breakers.call("#{url.scheme}://#{url.host}:#{url.port}") { @app.call(env) }
       rescue Weft::Rejected => e
         raise unless @fallback
         @fallback.call(e)
-      end
-
-      private
-
-      # Faraday builds a middleware per connection; the breaker of an origin is the process's,
-      # found in the registry, so every connection to a failing origin sees it open.
-      def breaker_for(url)
-        return @breaker if @breaker
-        origin = "#{url.scheme}://#{url.host}:#{url.port}"
-        # A lost race between two fibers or threads finds the same breaker in the registry.
-        @breakers[origin] ||= CircuitBreaker.for("faraday #{origin}", **@breaker_options)
       end
     end
   end
