@@ -128,8 +128,10 @@ class HTTPClientBreakerTest < Minitest::Test
   end
 
   def test_invalid_breaker_settings_are_rejected_at_construction
-    [:yes, 3, { failure_rate: 2 }, { failed_statuses: 5 }, { nonsense: 1 }].each do |setting|
-      assert_raises(ArgumentError, setting.inspect) { Weft::HTTP::Client.new("http://127.0.0.1:1", breaker: setting) }
+    { :yes => /breaker must be/, 3 => /breaker must be/, { failure_rate: 2 } => /failure_rate/,
+      { failed_statuses: 5 } => /failed_statuses/, { nonsense: 1 } => /nonsense/ }.each do |setting, message|
+      error = assert_raises(ArgumentError, setting.inspect) { Weft::HTTP::Client.new("http://127.0.0.1:1", breaker: setting) }
+      assert_match message, error.message
     end
   end
 end
