@@ -46,10 +46,16 @@ module RingpoolBench
         busy for the whole window) over the measured window, from /proc: ringpool's master and
         shard processes, PostgreSQL's postmaster and backends, JMeter's JVM; "machine" is the share
         of all #{Etc.nprocessors} cores busy with anything, this run's processes and the other jobs alike.
+        The last columns count the server's warnings in the window: a shard's reactor held for a
+        second or more (Weft's stall report; on a starved machine, mostly a process waiting for a
+        CPU), and a shard's ownership upkeep failing (its statements on PostgreSQL took more than
+        3–4 s; it then drops all its pools, whose items get `shard_unavailable`, until the upkeep
+        works again).
       TEXT
       report.table(["offered req/s", "tracked", "exhausted", "shard_unavailable", "storage_unavailable", "item errors",
                     "expected exhausted", "CPU ringpool", "CPU PostgreSQL", "CPU JMeter", "machine busy",
-                    "load average before"], @steps.map { |step| items_row(step) })
+                    "reactor stalls ≥ 1 s", "ownership upkeep failed", "load average before"],
+                   @steps.map { |step| items_row(step) })
       report.paragraph(setup)
       report.paragraph(method)
       report.paragraph(missing)
@@ -128,7 +134,7 @@ module RingpoolBench
       percent = ->(share) { format("%.1f%%", share * 100) }
       [step.rate, *JMeter::KINDS.map { |kind| percent.call(step.share(kind)) }, percent.call(expected_exhausted(step)),
        *%i[server postgres jmeter].map { |key| format("%.0f%%", step.cpu[key] * 100) }, percent.call(step.cpu[:machine]),
-       step.load_before]
+       step.warnings[:stalls], step.warnings[:ownership_lost], step.load_before]
     end
 
     # The exhausted share Erlang's formula expects at the items/s the owners decided on (tracked
@@ -158,7 +164,7 @@ module RingpoolBench
         **Pools.** #{@pools.size} ring pools created through `POST /ring_pools` in #{format('%.1f', @seeding)} s, #{thousands(@numbers)} numbers
         in all: sizes drawn log-uniformly from #{@config.sizes.first} to #{@config.sizes.last} (many small pools, few large ones:
         median #{sizes[sizes.size / 2]}, smallest #{sizes.first}, largest #{sizes.last}), every pool with a #{@config.lockout} s lockout. The
-        shards then shared them out: #{@ownership.values.sort.join(' / ')} pools per shard.
+        shards then shared them out: #{@ownership.values.sort.join(' / ')} pools per shard#{unowned}.
 
         **Requests.** #{@config.bodies} different bodies, pregenerated, each of #{@config.items} items; each item names a
         pool drawn with probability proportional to its size (a customer sizes a pool to its traffic,
@@ -176,6 +182,11 @@ module RingpoolBench
         is far higher than a real customer's; what matters for the server is the occupancy. The
         lockout is whole seconds (the API's unit), so 1 s is the shortest.
       TEXT
+    end
+
+    def unowned
+      missing = @pools.size - @ownership.values.sum
+      missing.positive? ? " (#{missing} without an owner 30 s after seeding; the run went on)" : ""
     end
 
     def method
