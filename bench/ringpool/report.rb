@@ -56,6 +56,7 @@ module RingpoolBench
                     "expected exhausted", "CPU ringpool", "CPU PostgreSQL", "CPU JMeter", "machine busy",
                     "reactor stalls ≥ 1 s", "ownership upkeep failed", "load average before"],
                    @steps.map { |step| items_row(step) })
+      report.paragraph(busiest)
       report.paragraph(setup)
       report.paragraph(method)
       report.paragraph(missing)
@@ -73,8 +74,9 @@ module RingpoolBench
         PostgreSQL — on this one machine.
 
         **The machine was shared.** `uptime` before the run: `#{@uptime_before}`; after: `#{@uptime_after}`.
-        #{load >= 1 ? "A 1-minute load of #{load} on #{Etc.nprocessors} cores before the run started: other jobs (other sessions' builds and tests) took CPU throughout, so every figure here is a floor, not what the machine can do alone." : "Little else was running when the run started."}
-        The "machine busy" column shows how busy the cores were during each step, the run's own processes included.
+        #{load >= 1 ? "A 1-minute load of #{load} on #{Etc.nprocessors} cores before the run started: other jobs (other sessions' builds, tests and benchmarks — about eight other sessions worked on this machine at the time) took CPU throughout, so every figure here is a floor, not what the machine can do alone." : "Little else was running when the run started."}
+        The "machine busy" column shows how busy the cores were during each step, and "load average
+        before" the 1-minute load as each step started (the previous step's processes included).
       TEXT
     end
 
@@ -188,6 +190,16 @@ module RingpoolBench
         is far higher than a real customer's; what matters for the server is the occupancy. The
         lockout is whole seconds (the API's unit), so 1 s is the shortest.
       TEXT
+    end
+
+    # Which process tree used the most CPU at each rate, from the table above.
+    def busiest
+      names = { server: "ringpool's shards", postgres: "PostgreSQL", jmeter: "JMeter" }
+      lines = @steps.map do |step|
+        key = names.keys.max_by { |name| step.cpu[name] }
+        format("%d req/s: %s (%.0f%% of a core)", step.rate, names[key], step.cpu[key] * 100)
+      end
+      "Busiest process tree per rate: #{lines.join('; ')}."
     end
 
     def unowned

@@ -21,7 +21,7 @@
 #
 # A rate breaks when less than 90% of it is achieved, its p90 passes BREAK_P90 seconds, or more
 # than 5% of its requests fail. Environment, with defaults:
-#   RATES=50,100,150,200,250,500,1000,1500,2000  STEP_UP=500  MAX_RATE=4000  STEP=10  WARMUP=5
+#   RATES=25,50,100,150,200,250,500,1000,1500,2000  STEP_UP=500  MAX_RATE=4000  STEP=10  WARMUP=5
 #   HEADROOM=0.5 (seconds of latency JMeter's threads absorb: threads = rate × HEADROOM)
 #   POOLS=2000  SIZES=2-500  LOCKOUT=1  ITEMS=40  BODIES=5000  SEED=1
 #   SHARDS=<cores>  SERVER=weft  BREAK_P90=1.0  TIMEOUT_MS=5000  OUT=bench/results/ringpool.md
@@ -55,7 +55,7 @@ module RingpoolBench
                 :seed, :shards, :server, :break_p90, :timeout_ms, :out
 
     def initialize(env = ENV)
-      @rates = env.fetch("RATES", "50,100,150,200,250,500,1000,1500,2000").split(",").map { |rate| Integer(rate) }
+      @rates = env.fetch("RATES", "25,50,100,150,200,250,500,1000,1500,2000").split(",").map { |rate| Integer(rate) }
       @step_up = Integer(env.fetch("STEP_UP", "500"))
       @max_rate = Integer(env.fetch("MAX_RATE", (JMeter::GROUPS * 1000).to_s))
       @step = Integer(env.fetch("STEP", "10"))
