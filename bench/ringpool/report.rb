@@ -135,7 +135,7 @@ module RingpoolBench
        format("%.0f", step.achieved), thousands((step.achieved * @config.items).round),
        *[0.5, 0.9, 0.99].map { |share| "#{step.percentile(share)} ms" }, "#{step.latencies.last} ms",
        step.errors.zero? ? "0" : format("%d (%.1f%%)", step.errors, step.error_share * 100),
-       step.arrivals.join(" / ") + format(" (%.0f expected)", step.offered / 10), step.threads]
+       step.arrivals.join(" / ") + format(" (%g expected)", (step.offered / 10).round(1)), step.threads]
     end
 
     def items_row(step)
