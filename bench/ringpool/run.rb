@@ -1,0 +1,507 @@
+# frozen_string_literal: true
+
+# The ringpool load test of issue #10; start it with bench/ringpool/run (which installs JMeter).
+#
+# 1. A private PostgreSQL (test/support/postgres_cluster.rb: its own data directory and port,
+#    fsync off) and a database for ringpool.
+# 2. ringpool under SERVER (only `weft` so far: `weft serve -C apps/ringpool/config/weft.rb`,
+#    SHARDS workers, i.e. one shard per core by default).
+# 3. POOLS ring pools through POST /ring_pools, sizes drawn log-uniformly from SIZES (many small
+#    pools, a few large ones), every one with a LOCKOUT-second lockout; then the shards share
+#    them out (ownership ticks).
+# 4. BODIES request bodies of ITEMS items each, every item for a pool drawn with probability
+#    proportional to its size (a customer sizes a pool to its traffic, so every number sees the
+#    same demand and a pool overflows as the Erlang loss formula says for its size — see the
+#    report's "expected exhausted" column), with tracking params that vary.
+# 5. For each rate of RATES, then on by STEP_UP until a rate breaks: JMeter at that fixed rate
+#    (open loop; see bench/ringpool/run and allocations.jmx), WARMUP seconds once every thread
+#    runs, then STEP seconds measured: achieved rate, latency, errors, items by kind, CPU of the
+#    server's processes, PostgreSQL's and JMeter's (from /proc).
+# 6. bench/results/ringpool.md (OUT).
+#
+# A rate breaks when less than 90% of it is achieved, its p90 passes BREAK_P90 seconds, or more
+# than 5% of its requests fail. Environment, with defaults:
+#   RATES=25,50,100,150,200,250,500,1000,1500,2000  STEP_UP=500  MAX_RATE=4000  STEP=10  WARMUP=5
+#   HEADROOM=0.5 (seconds of latency JMeter's threads absorb: threads = rate × HEADROOM)
+#   POOLS=2000  SIZES=2-500  LOCKOUT=1  ITEMS=40  BODIES=5000  SEED=1
+#   SHARDS=<cores>  SERVER=weft  BREAK_P90=1.0  TIMEOUT_MS=5000  OUT=bench/results/ringpool.md
+#   RINGPOOL_* settings (e.g. RINGPOOL_DEADLINE_MS) pass through to the app.
+require "bundler/setup"
+require "etc"
+require "fileutils"
+require "json"
+require "net/http"
+require "pg"
+require "rbconfig"
+require "socket"
+require "time"
+require "timeout"
+require_relative "../../test/support/postgres_cluster"
+require_relative "procfs"
+require_relative "jmeter"
+require_relative "report"
+
+module RingpoolBench
+  ROOT = File.expand_path("../..", __dir__)
+  TMP = File.join(ROOT, "tmp", "bench_ringpool")
+  # Ringpool::Ownership::LOCK_CLASS: a shard owns pool N while it holds advisory lock
+  # (LOCK_CLASS, N). Read from pg_locks only to wait until the shards have shared the pools out.
+  OWNERSHIP_LOCK_CLASS = 0x52494E48
+  SOURCES = %w[google bing facebook email direct partner].freeze
+
+  # The run's settings, from the environment.
+  class Config
+    attr_reader :rates, :step_up, :max_rate, :step, :warmup, :headroom, :pools, :sizes, :lockout, :items, :bodies,
+                :seed, :shards, :server, :break_p90, :timeout_ms, :out
+
+    def initialize(env = ENV)
+      @rates = env.fetch("RATES", "25,50,100,150,200,250,500,1000,1500,2000").split(",").map { |rate| Integer(rate) }
+      @step_up = Integer(env.fetch("STEP_UP", "500"))
+      @max_rate = Integer(env.fetch("MAX_RATE", (JMeter::GROUPS * 1000).to_s))
+      @step = Integer(env.fetch("STEP", "10"))
+      @warmup = Integer(env.fetch("WARMUP", "5"))
+      @headroom = Float(env.fetch("HEADROOM", "0.5"))
+      @pools = Integer(env.fetch("POOLS", "2000"))
+      @sizes = Range.new(*env.fetch("SIZES", "2-500").split("-", 2).map { |size| Integer(size) })
+      @lockout = Integer(env.fetch("LOCKOUT", "1"))
+      @items = Integer(env.fetch("ITEMS", "40"))
+      @bodies = Integer(env.fetch("BODIES", "5000"))
+      @seed = Integer(env.fetch("SEED", "1"))
+      @shards = Integer(env.fetch("SHARDS", Etc.nprocessors.to_s))
+      @server = env.fetch("SERVER", "weft")
+      @break_p90 = Float(env.fetch("BREAK_P90", "1.0"))
+      @timeout_ms = Integer(env.fetch("TIMEOUT_MS", "5000"))
+      @out = File.expand_path(env.fetch("OUT", "bench/results/ringpool.md"), ROOT)
+      validate
+    end
+
+    # @return [String] the settings that differ from the defaults, for the report's command line
+    def environment
+      %w[RATES STEP_UP MAX_RATE STEP WARMUP HEADROOM POOLS SIZES LOCKOUT ITEMS BODIES SEED SHARDS SERVER BREAK_P90
+         TIMEOUT_MS RINGPOOL_DEADLINE_MS].filter_map { |name| "#{name}=#{ENV[name]}" if ENV[name] }.join(" ")
+    end
+
+    private
+
+    def validate
+      raise ArgumentError, "RATES must be rising and positive" unless @rates.each_cons(2).all? { |a, b| a < b } && @rates.first.positive?
+      raise ArgumentError, "MAX_RATE is at most #{JMeter::GROUPS * 1000} (the plan's thread groups)" if @max_rate > JMeter::GROUPS * 1000
+      raise ArgumentError, "SIZES must be MIN-MAX with 1 <= MIN <= MAX" unless @sizes.first >= 1 && @sizes.first <= @sizes.last
+      raise ArgumentError, "STEP, WARMUP, POOLS, ITEMS, BODIES, SHARDS must be positive" unless [@step, @pools, @items, @bodies, @shards].all?(&:positive?) && @warmup >= 0
+      raise ArgumentError, "LOCKOUT must be at least 1 (whole seconds)" if @lockout < 1
+    end
+  end
+
+  # The server under test. SERVER=weft is the only one so far; see Server.for.
+  class Server
+    # @return [Server] for SERVER, or an ArgumentError saying what the others need
+    def self.for(name, **options)
+      case name
+      when "weft" then new(**options)
+      when "puma", "falcon"
+        raise ArgumentError, <<~TEXT.strip
+          SERVER=#{name} is not wired up yet: ringpool runs each shard from Weft's `worker_task` hook
+          (apps/ringpool/config/weft.rb: Shard#run(url) inside the worker's reactor). Under #{name} it needs a
+          per-process hook that runs Shard#run(shard_url(worker index)) in a Weft reactor of its own
+          (#{name == 'puma' ? "Puma's on_worker_boot, and a Weft.run in a thread, since Puma's request threads have no reactor" : "Falcon's container, with Weft's pool and client working under Async's scheduler"}),
+          and a config file of its own in apps/ringpool/config/. Then add it here.
+        TEXT
+      else raise ArgumentError, "unknown SERVER #{name.inspect} (known: weft; puma and falcon are planned)"
+      end
+    end
+
+    attr_reader :pid, :port
+
+    def initialize(database_url:, shards:, dir:)
+      @database_url = database_url
+      @shards = shards
+      @dir = dir
+    end
+
+    # Starts `weft serve` and waits until it answers GET /health.
+    # @raise [RuntimeError] when it exits or does not answer within 60 s (with its log's tail)
+    def start
+      @port = RingpoolBench.free_port
+      @log = File.join(@dir, "server.log")
+      env = { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{@port}",
+              "RINGPOOL_SHARDS" => @shards.to_s, "RINGPOOL_SOCKET_DIR" => File.join(@dir, "sockets") }
+      @pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", "-C", "apps/ringpool/config/weft.rb",
+                           chdir: ROOT, out: @log, err: @log, pgroup: true)
+      await
+      self
+    end
+
+    # @return [String] how the server was run, for the report
+    def description
+      "`weft serve -C apps/ringpool/config/weft.rb` with RINGPOOL_SHARDS=#{@shards} (#{@shards} worker processes, one shard each)"
+    end
+
+    def stop
+      return unless @pid
+
+      Process.kill(:TERM, -@pid)
+      Timeout.timeout(15) { Process.wait(@pid) }
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    rescue Timeout::Error
+      Process.kill(:KILL, -@pid)
+      Process.wait(@pid)
+    ensure
+      @pid = nil
+    end
+
+    # The server's warnings between two instants, by kind: the reactor held by one piece of code
+    # for a second or more (Weft's stall report: the process got no CPU, or ran something long),
+    # and a shard's ownership upkeep failing (it then drops its pools until the upkeep works).
+    # @param from [Integer] ms since the epoch
+    # @param to [Integer]
+    # @return [Hash{Symbol=>Integer}] :stalls, :ownership_lost
+    def warnings(from, to)
+      counts = { stalls: 0, ownership_lost: 0 }
+      return counts unless File.exist?(@log)
+
+      File.foreach(@log) do |line|
+        next unless (stamp = line[/\AW, \[(\S+) #\d+\]/, 1])
+
+        at = (Time.iso8601(stamp).to_f * 1000).round
+        next unless at >= from && at < to
+
+        counts[:stalls] += 1 if line.include?("reactor stalled (worker")
+        counts[:ownership_lost] += 1 if line.include?("holding no pools")
+      end
+      counts
+    end
+
+    private
+
+    def await
+      limit = RingpoolBench.now + 60
+      loop do
+        raise "ringpool exited at start (#{$?}); #{@log}:\n#{tail}" if Process.waitpid(@pid, Process::WNOHANG)
+        return if healthy?
+        raise "ringpool did not answer GET /health within 60 s; #{@log}:\n#{tail}" if RingpoolBench.now > limit
+        # A shard that cannot boot is replaced again and again: no need to wait the whole minute.
+        raise "ringpool's shards keep failing at boot; #{@log}:\n#{tail}" if boot_failures >= 3
+
+        sleep 0.2
+      end
+    end
+
+    # Short timeouts: while no shard has booted, the listener accepts but nobody answers.
+    def healthy?
+      Net::HTTP.start("127.0.0.1", @port, open_timeout: 1, read_timeout: 2) { |http| http.get("/health").code == "200" }
+    rescue StandardError
+      false
+    end
+
+    def boot_failures
+      File.exist?(@log) ? File.read(@log).scan(/ERROR -- weft: worker \d+ failed/).size : 0
+    end
+
+    def tail
+      File.exist?(@log) ? File.readlines(@log).last(30).join : "(no log)"
+    end
+  end
+
+  module_function
+
+  def now
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  def free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.addr[1]
+  ensure
+    server&.close
+  end
+
+  # Creates the pools through the API, a few requests at a time.
+  # @return [Array<Array(Integer, Integer)>] [pool id, size] per pool
+  def seed_pools(config, port, rng)
+    sizes = Array.new(config.pools) do
+      low, high = config.sizes.first, config.sizes.last
+      (low * ((high.to_f / low)**rng.rand)).round.clamp(low, high)
+    end
+    queue = Queue.new
+    sizes.each_with_index { |size, index| queue << [index, size] }
+    queue.close
+    created = Array.new(config.pools)
+    Array.new(8) do
+      Thread.new do
+        Net::HTTP.start("127.0.0.1", port, read_timeout: 60) do |http|
+          while (index, size = queue.pop)
+            created[index] = [create_pool(http, config, index, size), size]
+          end
+        end
+      end
+    end.each(&:join)
+    created
+  end
+
+  def create_pool(http, config, index, size)
+    numbers = Array.new(size) { |n| format("+1555%04d%03d", index, n) }
+    body = JSON.generate({ "numbers" => numbers, "overflow_number" => format("+1556%04d000", index),
+                           "lockout_seconds" => config.lockout, "name" => "bench-#{index}" })
+    50.times do
+      response = http.post("/ring_pools", body, "content-type" => "application/json")
+      return JSON.parse(response.body).fetch("id") if response.code == "201"
+      raise "POST /ring_pools: #{response.code} #{response.body[0, 300]}" unless response.code == "503"
+
+      sleep 0.2 # the schema is still being migrated
+    end
+    raise "POST /ring_pools kept answering 503"
+  end
+
+  # Waits (up to 30 s) until every shard owns pools, none more than its fair share + 1, and
+  # either every pool is owned or the count has not moved for 2 s (a pool the shards do not
+  # know of yet stays unowned until a request names it: the report says how many).
+  # @return [Hash{Integer=>Integer}] pools per owning backend
+  def await_ownership(database_url, pools, shards)
+    conn = PG.connect(database_url)
+    share = (pools.to_f / shards).ceil
+    history = []
+    limit = now + 30
+    loop do
+      counts = conn.exec_params(<<~SQL, [OWNERSHIP_LOCK_CLASS]).to_h { |row| [Integer(row["pid"]), Integer(row["count"])] }
+        select pid, count(*) from pg_locks where locktype = 'advisory' and classid = $1 and granted group by pid
+      SQL
+      history << counts.values.sum
+      balanced = counts.size == shards && counts.values.max <= share + 1
+      settled = history.last == pools || (history.size > 4 && history.last(5).uniq.size == 1)
+      return counts if (balanced && settled) || now > limit
+
+      sleep 0.5
+    end
+  ensure
+    conn&.close
+  end
+
+  # Writes the request bodies, one JSON document a line.
+  def write_bodies(path, config, pools, rng)
+    cumulative = []
+    pools.each { |_, size| cumulative << (cumulative.last || 0) + size }
+    total = cumulative.last
+    File.open(path, "w") do |file|
+      config.bodies.times do
+        items = Array.new(config.items) do
+          draw = rng.rand(total)
+          pool = pools[cumulative.bsearch_index { |sum| sum > draw }].first
+          { "ring_pool" => pool, "params" => { "campaign" => "spring-#{rng.rand(40)}", "source" => SOURCES.sample(random: rng),
+                                               "visitor" => rng.rand(10**9).to_s } }
+        end
+        file.puts(JSON.generate({ "allocations" => items }))
+      end
+    end
+  end
+
+  # Samples the CPU counters every quarter second while the block runs.
+  # @param roots [Hash{Symbol=>Proc}] name => a block giving the root pid now (nil: none yet)
+  # @return [Array<Hash>] :at (ms since the epoch) and CPU seconds per root, :busy, :total
+  def sample_cpu(roots)
+    samples = []
+    stop = false
+    sampler = Thread.new do
+      until stop
+        table = Procfs.processes
+        busy, total = Procfs.machine
+        sample = { at: Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond), busy: busy, total: total }
+        roots.each { |name, pid| sample[name] = (root = pid.call) ? Procfs.tree_cpu(table, root) : 0.0 }
+        samples << sample
+        sleep 0.25
+      end
+    end
+    yield
+    samples
+  ensure
+    stop = true
+    sampler&.join
+  end
+
+  def run
+    config = Config.new
+    FileUtils.rm_rf(TMP)
+    FileUtils.mkdir_p(TMP)
+    Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1]) # JMeter's threads are connections
+    uptime_before = `uptime`.strip
+    rng = Random.new(config.seed)
+    cluster = Weft::Test::PostgresCluster.new.start
+    database_url = cluster.create_database("ringpool")
+    postmaster = Integer(File.foreach(File.join(cluster.data_dir, "postmaster.pid")).first)
+    server = Server.for(config.server, database_url: database_url, shards: config.shards, dir: TMP)
+    warn "ringpool: starting #{config.server} with #{config.shards} shards"
+    server.start
+    started = now
+    pools = seed_pools(config, server.port, rng)
+    seeding = now - started
+    ownership = await_ownership(database_url, config.pools, config.shards)
+    warn format("ringpool: %d pools (%d numbers) created in %.1f s; owned %s", pools.size, pools.sum(&:last), seeding,
+                ownership.values.sort.inspect)
+    bodies = File.join(TMP, "bodies.txt")
+    write_bodies(bodies, config, pools, rng)
+    jmeter = JMeter.new(File.join(TMP, "launcher"))
+    steps = []
+    rate = nil
+    loop do
+      rate = config.rates.find { |r| rate.nil? || r > rate } || (rate + config.step_up)
+      break if rate > config.max_rate
+
+      step = run_step(config, jmeter, rate, server, postmaster, bodies)
+      steps << step
+      warn "ringpool: #{step.summary}"
+      break if step.broken?(config)
+    end
+    report = LoadReport.new(config, steps, pools: pools, seeding: seeding, ownership: ownership, server: server,
+                                           postgres: cluster.psql("show server_version").first["server_version"],
+                                           uptime_before: uptime_before, uptime_after: `uptime`.strip)
+    report.write(config.out)
+    warn "wrote #{config.out.delete_prefix("#{ROOT}/")}"
+  ensure
+    server&.stop
+    cluster&.destroy
+  end
+
+  def run_step(config, jmeter, rate, server, postmaster, bodies)
+    groups, = JMeter.schedules(rate)
+    threads = groups.sum { |per_second, _| [(per_second * config.headroom).ceil, 2].max }
+    # Threads start one after another (some milliseconds each on a busy machine) before the
+    # measured window opens: allow for that in JMeter's duration.
+    startup = 5 + (threads / 100.0).ceil
+    jmeter_pid = nil
+    load_before = File.read("/proc/loadavg").split.first.to_f
+    result = nil
+    samples = sample_cpu(server: -> { server.pid }, postgres: -> { postmaster }, jmeter: -> { jmeter_pid }) do
+      result = jmeter.run(rate: rate, seconds: startup + config.warmup + config.step, headroom: config.headroom,
+                          port: server.port, bodies: bodies, timeout_ms: config.timeout_ms,
+                          log_prefix: File.join(TMP, "rate-#{rate}")) { |pid| jmeter_pid = pid }
+    end
+    step = Step.new(rate, result, samples, config, load_before)
+    step.warnings = server.warnings(*step.window)
+    step
+  end
+
+  # One rate's results, cut to the measured window: from WARMUP seconds after every JMeter thread
+  # was running, for STEP seconds (less if JMeter stopped earlier).
+  class Step
+    attr_reader :rate, :offered, :threads, :groups, :window, :latencies, :errors, :kinds, :cpu, :arrivals, :load_before
+    # @return [Hash{Symbol=>Integer}] the server's warnings in the window (Server#warnings)
+    attr_accessor :warnings
+
+    def initialize(rate, result, cpu_samples, config, load_before)
+      @rate = rate
+      @offered = result[:offered]
+      @threads = result[:threads]
+      @groups = result[:groups]
+      @load_before = load_before
+      samples = result[:samples].sort_by(&:start)
+      raise "JMeter sent no request at #{rate} requests/s; see #{TMP}/rate-#{rate}.out" if samples.empty?
+
+      running = samples.find { |sample| sample.threads >= @threads } || samples.first
+      from = running.start + (config.warmup * 1000)
+      to = [from + (config.step * 1000), samples.last.start].min
+      @window = [from, to]
+      measured = samples.select { |sample| sample.start >= from && sample.start < to }
+      @latencies = measured.map(&:elapsed).sort
+      @errors = measured.count { |sample| sample.status != 200 }
+      @kinds = JMeter::KINDS.to_h { |kind| [kind, measured.sum { |sample| sample.kinds[kind] }] }
+      @arrivals = arrivals_per_100ms(measured, from, to)
+      @cpu = cpu_between(cpu_samples, from, to)
+    end
+
+    # @return [Float] seconds measured
+    def seconds
+      (@window[1] - @window[0]) / 1000.0
+    end
+
+    def requests
+      @latencies.size
+    end
+
+    # @return [Float] requests/s sent and answered in the window
+    def achieved
+      seconds.positive? ? requests / seconds : 0.0
+    end
+
+    # @return [Integer, nil] ms at share (nearest rank)
+    def percentile(share)
+      return nil if @latencies.empty?
+
+      @latencies[[(share * @latencies.size).ceil - 1, 0].max]
+    end
+
+    def error_share
+      requests.zero? ? 1.0 : @errors.fdiv(requests)
+    end
+
+    # @return [Integer] items answered (tracked, overflow or a per-item error)
+    def items
+      @kinds.values.sum
+    end
+
+    # @return [Float] share of the answered items of that kind
+    def share(kind)
+      items.zero? ? 0.0 : @kinds.fetch(kind).fdiv(items)
+    end
+
+    # @return [Float] share of the items answered with a fallback rather than by the pool's
+    #   owner: the overflow number for `shard_unavailable` or `storage_unavailable`, or an error
+    def degraded_share
+      share("shard_unavailable") + share("storage_unavailable") + share("item_error")
+    end
+
+    # Holds a p90 limit: p90 below it, at least 95% of the rate achieved, under 1% of requests
+    # failed and, unless `latency_only`, under 1% of items degraded (a server that answers fast
+    # by handing out overflow numbers for want of time does not hold the SLA).
+    def holds?(p90_limit_ms, latency_only: false)
+      (p = percentile(0.9)) && p < p90_limit_ms && achieved >= 0.95 * @offered && error_share < 0.01 &&
+        (latency_only || degraded_share < 0.01)
+    end
+
+    def broken?(config)
+      achieved < 0.9 * @offered || (percentile(0.9) || Float::INFINITY) > config.break_p90 * 1000 || error_share > 0.05
+    end
+
+    def summary
+      format("%d req/s offered %.0f: achieved %.0f, p50 %s p90 %s p99 %s max %s ms, %d errors, %.1f%% overflow; " \
+             "CPU server %.0f%% postgres %.0f%% jmeter %.0f%%",
+             @rate, @offered, achieved, percentile(0.5), percentile(0.9), percentile(0.99), @latencies.last, @errors,
+             (1 - share("tracked")) * 100, @cpu[:server] * 100, @cpu[:postgres] * 100, @cpu[:jmeter] * 100)
+    end
+
+    private
+
+    # Sends per 100 ms over the window (how evenly the load arrived): min, median, max.
+    def arrivals_per_100ms(measured, from, to)
+      bins = Array.new([((to - from) / 100.0).floor, 1].max, 0)
+      measured.each { |sample| bins[(sample.start - from) / 100] += 1 if (sample.start - from) / 100 < bins.size }
+      sorted = bins.sort
+      [sorted.first, sorted[sorted.size / 2], sorted.last]
+    end
+
+    # CPU used over the window, as cores (1.0 = one core busy the whole window), per process
+    # tree, and the machine's busy share of all its cores.
+    def cpu_between(samples, from, to)
+      at = ->(key, time) { interpolate(samples, key, time) }
+      seconds = (to - from) / 1000.0
+      cores = %i[server postgres jmeter].to_h { |key| [key, (at.call(key, to) - at.call(key, from)) / seconds] }
+      cores.merge(machine: (at.call(:busy, to) - at.call(:busy, from)) / (at.call(:total, to) - at.call(:total, from)))
+    end
+
+    def interpolate(samples, key, time)
+      after = samples.index { |sample| sample[:at] >= time } || (samples.size - 1)
+      before = [after - 1, 0].max
+      a, b = samples[before], samples[after]
+      return b[key].to_f if b[:at] == a[:at]
+
+      a[key] + ((b[key] - a[key]) * (time - a[:at]).clamp(0, b[:at] - a[:at]) / (b[:at] - a[:at]).to_f)
+    end
+  end
+end
+
+if $PROGRAM_NAME == __FILE__
+  begin
+    RingpoolBench.run
+  rescue ArgumentError => e
+    abort "ringpool: #{e.message}"
+  end
+end
