@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# bin/demo runs this with `weft serve examples/demo/config.ru --stats-path /stats --metrics-path /metrics`.
+# examples/demo/run runs this with `weft serve examples/demo/config.ru --stats-path /stats --metrics-path /metrics`.
 require_relative "app"
 
 use Rack::ContentLength

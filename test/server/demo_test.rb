@@ -3,7 +3,7 @@
 require_relative "../test_helper"
 require_relative "support/server_helpers"
 
-# The demo app behind bin/demo (examples/demo), served under Rack::Lint.
+# The stack demo app (examples/demo, run by examples/demo/run), served under Rack::Lint.
 class ServerDemoTest < Minitest::Test
   include Weft::Test::ServerHelpers
 

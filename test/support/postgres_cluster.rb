@@ -156,7 +156,11 @@ module Weft
 
       attr_reader :port, :host, :base_dir, :data_dir, :socket_dir, :log_file, :bin_dir
 
-      def initialize(bin_dir: self.class.bin_dir, port: nil)
+      # @param keep_in [String, nil] a folder to keep the cluster in across runs (bin/demo's):
+      #   created with the cluster on the first start, reused by later ones, never deleted nor
+      #   stopped at exit (its owner stops it). nil: a throwaway cluster in a temporary folder.
+      def initialize(bin_dir: self.class.bin_dir, port: nil, keep_in: nil)
+        @keep_in = keep_in && File.expand_path(keep_in)
         @bin_dir = bin_dir or raise Error,
                                     "PostgreSQL server programs (initdb, pg_ctl, postgres) not found in " \
                                     "WEFT_PG_BIN, PATH or /usr/lib/postgresql/*/bin; run bin/setup"
@@ -191,7 +195,7 @@ module Weft
           return self if @running
 
           unless @initialized
-            self.class.sweep_leftovers
+            self.class.sweep_leftovers unless @keep_in
             create_cluster
           end
           start_server
@@ -311,12 +315,15 @@ module Weft
 
       def create_cluster
         require "pg"
-        @base_dir = make_base_dir
-        self.class.register(self)
+        @base_dir = @keep_in || make_base_dir
+        self.class.register(self) unless @keep_in
         @data_dir = File.join(@base_dir, "data")
         @socket_dir = File.join(@base_dir, "sock")
         @log_file = File.join(@base_dir, "postgres.log")
-        Dir.mkdir(@socket_dir, 0o700)
+        return @initialized = true if @keep_in && File.exist?(File.join(@data_dir, "PG_VERSION"))
+
+        FileUtils.mkdir_p(@base_dir)
+        FileUtils.mkdir_p(@socket_dir, mode: 0o700)
         FileUtils.touch(@log_file)
         if (user = run_as)
           pw = Etc.getpwnam(user)

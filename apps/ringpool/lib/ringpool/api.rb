@@ -11,6 +11,8 @@ module Ringpool
   #   POST /allocations         1 to 1,000 items, answered in order   200 (per-item errors), 400, 413, 422
   #   GET  /attribution?number=E164&at=ISO8601   the params of the allocation covering `at`   200, 404, 422
   #   GET  /health              for a load balancer                   200
+  #   GET  /                    the live dashboard (an HTML page)     200
+  #   GET  /dashboard.json      its data: every shard's figures       200
   #
   # Bad input is refused before anything is stored; errors are `{"error": code, "message": ...}`.
   class API
@@ -35,6 +37,8 @@ module Ringpool
       when POOL_PATH then only(method, "GET") { show_pool(Integer(Regexp.last_match(1), 10)) }
       when "/attribution" then only(method, "GET") { attribution(env) }
       when "/health" then only(method, "GET") { json(200, @shard.health) }
+      when "/" then only(method, "GET") { [200, { "content-type" => "text/html; charset=utf-8" }, [Dashboard.page]] }
+      when "/dashboard.json" then only(method, "GET") { json(200, @shard.dashboard) }
       else error(404, "not_found", "no route for #{path[0, 100]}")
       end
     rescue Validation::Invalid => e
@@ -47,10 +51,14 @@ module Ringpool
 
     private
 
+    # Timed from the handler's start to the JSON answer, for the dashboard.
     def allocations(env)
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       entries = Validation.allocation_batch(body(env, MAX_ALLOCATIONS_BODY))
       results = @shard.allocate(entries)
-      json(200, { "allocations" => results.map(&:to_h) })
+      answer = json(200, { "allocations" => results.map(&:to_h) })
+      @shard.record(results, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+      answer
     end
 
     def create_pool(env)

@@ -18,6 +18,8 @@ module Ringpool
   # Breakers are registered as "ringpool peer URL", so Weft's server statistics list them.
   class FanOut
     PATH = "/shard/allocations"
+    REPORT_PATH = "/shard/report"
+    REPORT_TIMEOUT = 1.0
     # The header that carries the caller's remaining time to the peer, in seconds.
     DEADLINE_HEADER = "ringpool-deadline"
 
@@ -63,13 +65,32 @@ module Ringpool
     end
 
     # @return [Hash{String => Hash}] per peer URL: connections opened, requests sent, and the
-    #   state of its breaker
+    #   state of its breaker (closed, open, ramping) with the share of calls it admits now
     def statistics
       @clients.to_h do |url, client|
         counts = client.statistics.values.first || {}
+        breaker = @breakers[url]
         [url, { "connections_opened" => counts.fetch(:created, 0), "requests" => counts.fetch(:checkouts, 0),
-                "breaker" => @breakers[url]&.state.to_s }]
+                "breaker" => (breaker ? breaker.state : :closed).to_s, "admitted_fraction" => breaker ? breaker.admitted_fraction.round(3) : 1.0 }]
       end
+    end
+
+    # @return [Array<String>] the URL of every shard seen at the last ownership tick
+    def peer_urls
+      @sessions.keys
+    end
+
+    # Asks each peer for its report (PeerAPI's GET /shard/report), all at once, for at most
+    # REPORT_TIMEOUT seconds. Not through the breakers: the dashboard shows them, it does not
+    # judge peers.
+    # @param urls [Array<String>]
+    # @return [Hash{String => Hash, nil}] per URL its report, nil when it did not answer
+    def reports(urls)
+      answers = Weft.scatter(urls, deadline: REPORT_TIMEOUT, fallback: ->(_url, _error) {}) do |url|
+        response = client(url).get(REPORT_PATH)
+        JSON.parse(response.body) if response.status == 200
+      end
+      urls.zip(answers).to_h
     end
 
     # @param url [String]

@@ -10,6 +10,7 @@ module Ringpool
   #                             => {"results": [...]}, one per item, in order
   #   GET  /health              this shard's health (the public one answers for whichever
   #                             worker took the connection)
+  #   GET  /shard/report        its health and Metrics#snapshot, for the dashboard
   #
   # Items must be of pools this shard owns; the others answer `{"not_owner": true}` (ownership
   # moved since the caller's last tick) and the caller looks the owner up again and asks it,
@@ -26,7 +27,12 @@ module Ringpool
 
     # @return [Array] a Rack response
     def call(env)
-      return [200, HEADERS.dup, [JSON.generate(@shard.health)]] if env["PATH_INFO"] == "/health" && env["REQUEST_METHOD"] == "GET"
+      if env["REQUEST_METHOD"] == "GET"
+        case env["PATH_INFO"]
+        when "/health" then return [200, HEADERS.dup, [JSON.generate(@shard.health)]]
+        when FanOut::REPORT_PATH then return [200, HEADERS.dup, [JSON.generate(@shard.report)]]
+        end
+      end
       unless env["REQUEST_METHOD"] == "POST" && env["PATH_INFO"] == FanOut::PATH
         return [404, HEADERS.dup, ['{"error":"not_found"}']]
       end

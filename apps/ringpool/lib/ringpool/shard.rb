@@ -32,6 +32,7 @@ module Ringpool
       @allocator = Allocator.new(@store)
       @fan_out = FanOut.new(breaker: settings.breaker)
       @overflows = OverflowCounter.new
+      @metrics = Metrics.new
       @ownership = nil
       @url = nil
     end
@@ -136,6 +137,32 @@ module Ringpool
       @ownership&.owner(id)
     end
 
+    # Counts a public allocation request for the dashboard.
+    # @param results [Array<Result>]
+    # @param seconds [Float] how long it took
+    # @return [void]
+    def record(results, seconds)
+      @metrics.record(results, seconds)
+    end
+
+    # @return [Hash] this shard's health and metrics, for the peer asking for the dashboard
+    def report
+      { "health" => health, "metrics" => @metrics.snapshot }
+    end
+
+    # The dashboard document (Dashboard.summarize): this shard's report and every live peer's,
+    # asked all at once, each given at most a second; a peer that does not answer is listed as
+    # unreachable.
+    # @return [Hash]
+    def dashboard
+      reports = { @url.to_s => report }
+      reports.merge!(@fan_out.reports(@fan_out.peer_urls - [@url]))
+      shards = reports.sort.map do |url, reported|
+        reported ? shard_status(reported["health"]) : { "shard" => url, "status" => "unreachable", "peers" => [] }
+      end
+      Dashboard.summarize(reports.values.compact.map { |reported| reported["metrics"] }, shards, @metrics.now)
+    end
+
     # @return [Hash] for GET /health
     def health
       { "status" => "ok", "shard" => @url, "pid" => Process.pid, "owned_pools" => @allocator.owned_ids.size,
@@ -181,6 +208,13 @@ module Ringpool
         nil # those pools count as unowned for this request
       end
       true
+    end
+
+    def shard_status(health)
+      peers = health.fetch("peers", {}).map do |url, peer|
+        { "url" => url, "breaker" => peer["breaker"], "admitted_fraction" => peer["admitted_fraction"], "requests" => peer["requests"] }
+      end
+      health.slice("shard", "pid", "owned_pools", "known_pools", "ownership").merge("status" => "ok", "peers" => peers)
     end
 
     # The error for an item naming a pool the catalog does not have.
