@@ -3,9 +3,13 @@
 require_relative "../support/report"
 
 module RingpoolBench
-  # Writes bench/results/ringpool.md from the steps of a run: setup, verdict against the seed's
-  # SLA, per-rate tables, a chart of latency against rate, and how the load was made.
+  # Writes bench/results/ringpool.md from the steps of a run: the servers side by side, then for
+  # each its verdict against the seed's SLA, per-rate tables and a chart of latency against
+  # rate; setup, and how the load was made.
   class LoadReport
+    # One server's part of the run.
+    ServerRun = Struct.new(:name, :server, :steps, :seeding, :ownership)
+
     SLA_MS = 200
     TIGHT_MS = 20
 
@@ -15,14 +19,13 @@ module RingpoolBench
       (1..servers).reduce(1.0) { |blocked, k| load * blocked / (k + (load * blocked)) }
     end
 
-    def initialize(config, steps, pools:, seeding:, ownership:, server:, postgres:, uptime_before:, uptime_after:)
+    # @param runs [Array<ServerRun>] in the order they ran
+    # @param pools [Array<(Integer, Integer)>] id and size of each pool (the same for every server)
+    def initialize(config, runs, pools:, postgres:, uptime_before:, uptime_after:)
       @config = config
-      @steps = steps
+      @runs = runs
       @pools = pools
       @numbers = pools.sum(&:last)
-      @seeding = seeding
-      @ownership = ownership
-      @server = server
       @postgres = postgres
       @uptime_before = uptime_before
       @uptime_after = uptime_after
@@ -32,12 +35,52 @@ module RingpoolBench
       report = Bench::Report.new("ringpool: load test against the seed's SLA",
                                  command: [@config.environment, "bench/ringpool/run"].reject(&:empty?).join(" "))
       report.paragraph(tools)
-      report.paragraph(verdict)
-      report.paragraph("## Latency and rate")
+      side_by_side(report)
+      report.paragraph(criteria)
+      @runs.each { |run| server_sections(report, run) }
+      report.paragraph(setup)
+      report.paragraph(method)
+      report.paragraph(missing)
+      report.write(path)
+    end
+
+    private
+
+    def side_by_side(report)
+      report.paragraph(<<~TEXT)
+        ## Side by side
+
+        The same app, pools and request bodies under each server, the servers one after another
+        (each on a fresh database seeded alike). Per offered rate: achieved requests/s, p90, and
+        the share of items degraded (see below); — where a server's run had stopped at a lower
+        rate that broke.
+      TEXT
+      rates = @runs.flat_map { |run| run.steps.map(&:rate) }.uniq.sort
+      header = ["offered req/s", *@runs.flat_map { |run| ["#{run.name} achieved", "#{run.name} p90", "#{run.name} p99", "#{run.name} degraded"] }]
+      rows = rates.map do |rate|
+        [rate, *@runs.flat_map do |run|
+          step = run.steps.find { |candidate| candidate.rate == rate }
+          next %w[— — — —] unless step
+          [format("%.0f", step.achieved), "#{step.percentile(0.9)} ms", "#{step.percentile(0.99)} ms", format("%.1f%%", step.degraded_share * 100)]
+        end]
+      end
+      report.table(header, rows)
+      pairs = rates.flat_map do |rate|
+        @runs.filter_map do |run|
+          step = run.steps.find { |candidate| candidate.rate == rate }
+          ["#{rate} req/s #{run.name}", step.percentile(0.9)] if step
+        end
+      end
+      report.chart("p90 against offered rate, ms", pairs, format: "%.0f ms")
+      report.paragraph(@runs.map { |run| "- #{run.name}: #{summary(run)}" }.join("\n"))
+    end
+
+    def server_sections(report, run)
+      report.paragraph("## #{run.name}: #{run.server.description}")
+      report.paragraph(verdict(run))
       report.table(["offered req/s", "achieved req/s", "allocations/s", "p50", "p90", "p99", "max", "errors",
-                    "sends per 100 ms (min / median / max)", "JMeter threads"], @steps.map { |step| latency_row(step) })
-      report.chart("Latency against offered rate, ms (p50, p90, p99)", chart_pairs, format: "%.0f ms")
-      report.paragraph("## Items and CPU")
+                    "sends per 100 ms (min / median / max)", "JMeter threads"], run.steps.map { |step| latency_row(step) })
+      report.chart("#{run.name}: latency against offered rate, ms (p50, p90, p99)", chart_pairs(run), format: "%.0f ms")
       report.paragraph(<<~TEXT)
         Items by answer, as counted in the responses (JMeter's regular expressions on each body).
         "expected exhausted" is what Erlang's loss formula gives for these pools at the achieved
@@ -50,31 +93,25 @@ module RingpoolBench
         second or more (Weft's stall report; on a starved machine, mostly a process waiting for a
         CPU), and a shard's ownership upkeep failing (its statements on PostgreSQL took more than
         3–4 s; it then drops all its pools, whose items get `shard_unavailable`, until the upkeep
-        works again).
+        works again; Weft's log only).
       TEXT
       report.table(["offered req/s", "tracked", "exhausted", "shard_unavailable", "storage_unavailable", "item errors",
                     "expected exhausted", "CPU ringpool", "CPU PostgreSQL", "CPU JMeter", "machine busy",
                     "reactor stalls ≥ 1 s", "ownership upkeep failed", "load average before"],
-                   @steps.map { |step| items_row(step) })
-      report.paragraph(busiest)
-      report.paragraph(setup)
-      report.paragraph(method)
-      report.paragraph(missing)
-      report.write(path)
+                   run.steps.map { |step| items_row(step) })
+      report.paragraph(busiest(run))
     end
-
-    private
 
     def tools
       load = @uptime_before[/load average: ([\d.]+)/, 1].to_f
       <<~TEXT.strip
         Load tool: JMeter #{JMeter.version} (Debian, non-GUI, `bench/ringpool/allocations.jmx`) on
         #{java_version}; PostgreSQL #{@postgres} (a private cluster: fsync off, synchronous_commit off,
-        shared_buffers 32 MB); server: #{@server.description}. Everything — load generator, shards,
-        PostgreSQL — on this one machine.
+        shared_buffers 32 MB); servers: #{@runs.map(&:name).join(', ')}, #{@config.shards} shards each. Everything —
+        load generator, shards, PostgreSQL — on this one machine.
 
         **The machine was shared.** `uptime` before the run: `#{@uptime_before}`; after: `#{@uptime_after}`.
-        #{load >= 1 ? "A 1-minute load of #{load} on #{Etc.nprocessors} cores before the run started: other jobs (other sessions' builds, tests and benchmarks — about eight other sessions worked on this machine at the time) took CPU throughout, so every figure here is a floor, not what the machine can do alone." : "Little else was running when the run started."}
+        #{load >= 1 ? "A 1-minute load of #{load} on #{Etc.nprocessors} cores before the run started: other jobs (builds, tests and benchmarks of other work on this machine) took CPU throughout, so every figure here is a floor, not what the machine can do alone." : "Little else was running when the run started."}
         The "machine busy" column shows how busy the cores were during each step, and "load average
         before" the 1-minute load as each step started (the previous step's processes included).
       TEXT
@@ -88,12 +125,21 @@ module RingpoolBench
       `java -version 2>&1`.lines.first.to_s.strip.delete('"').sub(/\Aopenjdk version/, "OpenJDK")
     end
 
-    def verdict
-      sla = @steps.select { |step| step.holds?(SLA_MS) }.max_by(&:rate)
-      tight = @steps.select { |step| step.holds?(TIGHT_MS) }.max_by(&:rate)
-      fast = @steps.select { |step| step.holds?(SLA_MS, latency_only: true) }.max_by(&:rate)
-      broken = @steps.find { |step| step.broken?(@config) }
-      lowest = @steps.first&.rate
+    # One line: the highest rate holding the SLA, and where the run broke.
+    def summary(run)
+      sla = run.steps.select { |step| step.holds?(SLA_MS) }.max_by(&:rate)
+      broken = run.steps.find { |step| step.broken?(@config) }
+      held = sla ? "held p90 < #{SLA_MS} ms up to #{sla.rate} req/s (#{thousands((sla.achieved * @config.items).round)} allocations/s)" : "held the SLA at none of the rates"
+      "#{held}; #{broken ? "broke at #{broken.rate} req/s (#{why_broken(broken)})" : "no rate broke up to #{run.steps.last&.rate} req/s"}"
+    end
+
+    def verdict(run)
+      steps = run.steps
+      sla = steps.select { |step| step.holds?(SLA_MS) }.max_by(&:rate)
+      tight = steps.select { |step| step.holds?(TIGHT_MS) }.max_by(&:rate)
+      fast = steps.select { |step| step.holds?(SLA_MS, latency_only: true) }.max_by(&:rate)
+      broken = steps.find { |step| step.broken?(@config) }
+      lowest = steps.first&.rate
       describe = lambda do |step|
         if step
           format("**%d requests/s** (%s allocations/s; p90 %d ms, achieved %.0f req/s, %.1f%% of items degraded)", step.rate,
@@ -104,14 +150,16 @@ module RingpoolBench
         end
       end
       <<~TEXT.strip
-        ## Verdict
-
         - Highest rate measured that holds the seed's SLA, **p90 < #{SLA_MS} ms** with #{@config.items} allocations a request: #{describe.call(sla)}.
         - Highest rate measured that holds **p90 < #{TIGHT_MS} ms**: #{describe.call(tight)}.
         - Counting latency alone (however many items got a fallback overflow number), p90 < #{SLA_MS} ms held up to #{describe.call(fast)}.
-        - #{broken ? "Broke at **#{broken.rate} requests/s** (#{why_broken(broken)}); the run stopped there." : "No rate broke up to #{@steps.last.rate} requests/s."}
+        - #{broken ? "Broke at **#{broken.rate} requests/s** (#{why_broken(broken)}); the run stopped there." : "No rate broke up to #{steps.last&.rate} requests/s."}
         - Issue #10's target, 2,000 requests/s (80,000 allocations/s) with p90 < #{SLA_MS} ms on this machine: #{sla && sla.rate >= 2000 ? '**met**' : '**not met**'}.
+      TEXT
+    end
 
+    def criteria
+      <<~TEXT.strip
         A rate "holds" a limit when its p90 is under the limit, at least 95% of the offered rate was
         achieved, under 1% of requests failed and under 1% of items were *degraded* — answered with
         the overflow number for `shard_unavailable` or `storage_unavailable` (the owner was too slow
@@ -158,8 +206,8 @@ module RingpoolBench
       blocked / decided
     end
 
-    def chart_pairs
-      @steps.flat_map do |step|
+    def chart_pairs(run)
+      run.steps.flat_map do |step|
         { "p50" => 0.5, "p90" => 0.9, "p99" => 0.99 }.map { |name, share| ["#{step.rate} req/s #{name}", step.percentile(share)] }
       end
     end
@@ -169,10 +217,10 @@ module RingpoolBench
       <<~TEXT.strip
         ## Setup
 
-        **Pools.** #{@pools.size} ring pools created through `POST /ring_pools` in #{format('%.1f', @seeding)} s, #{thousands(@numbers)} numbers
+        **Pools.** #{@pools.size} ring pools created through `POST /ring_pools` (#{@runs.map { |run| format('%.1f s under %s', run.seeding, run.name) }.join(', ')}), #{thousands(@numbers)} numbers
         in all: sizes drawn log-uniformly from #{@config.sizes.first} to #{@config.sizes.last} (many small pools, few large ones:
         median #{sizes[sizes.size / 2]}, smallest #{sizes.first}, largest #{sizes.last}), every pool with a #{@config.lockout} s lockout. The
-        shards then shared them out: #{@ownership.values.sort.join(' / ')} pools per shard#{unowned}.
+        shards then shared them out (pools per shard): #{@runs.map { |run| "#{run.name} #{run.ownership.values.sort.join(' / ')}#{unowned(run)}" }.join('; ')}.
 
         **Requests.** #{@config.bodies} different bodies, pregenerated, each of #{@config.items} items; each item names a
         pool drawn with probability proportional to its size (a customer sizes a pool to its traffic,
@@ -193,22 +241,22 @@ module RingpoolBench
     end
 
     # Which process tree used the most CPU at each rate, from the table above.
-    def busiest
+    def busiest(run)
       names = { server: "ringpool's shards", postgres: "PostgreSQL", jmeter: "JMeter" }
-      lines = @steps.map do |step|
+      lines = run.steps.map do |step|
         key = names.keys.max_by { |name| step.cpu[name] }
         format("%d req/s: %s (%.0f%% of a core)", step.rate, names[key], step.cpu[key] * 100)
       end
       "Busiest process tree per rate: #{lines.join('; ')}."
     end
 
-    def unowned
-      missing = @pools.size - @ownership.values.sum
+    def unowned(run)
+      missing = @pools.size - run.ownership.values.sum
       missing.positive? ? " (#{missing} without an owner 30 s after seeding; the run went on)" : ""
     end
 
     def method
-      groups = @steps.map { |step| "#{step.rate}: #{step.groups.map { |per_second, interval| format('%g/s (%d ms)', per_second, interval) }.join(' + ')}" }
+      groups = @runs.first.steps.map { |step| "#{step.rate}: #{step.groups.map { |per_second, interval| format('%g/s (%d ms)', per_second, interval) }.join(' + ')}" }
       <<~TEXT.strip
         ## How the load is made (open loop)
 
@@ -240,9 +288,6 @@ module RingpoolBench
       <<~TEXT.strip
         ## Not measured here
 
-        - Puma and Falcon running the same app (`SERVER=puma|falcon` is the hook; ringpool needs a
-          way to run its shards outside Weft's `worker_task` first — see `bench/ringpool/run.rb`,
-          `Server.for`).
         - The fault scenarios (a shard `SIGSTOP`ped, PostgreSQL restarted) and where the time goes
           (a profile).
         - Long steps and a quiet machine: the defaults measure #{@config.step} s per rate, on a shared machine.

@@ -4,8 +4,10 @@
 #
 # 1. A private PostgreSQL (test/support/postgres_cluster.rb: its own data directory and port,
 #    fsync off) and a database for ringpool.
-# 2. ringpool under SERVER (only `weft` so far: `weft serve -C apps/ringpool/config/weft.rb`,
-#    SHARDS workers, i.e. one shard per core by default).
+# 2. ringpool under each of SERVERS in turn, each on a fresh database: `weft serve -C
+#    apps/ringpool/config/weft.rb`, `puma -C apps/ringpool/config/puma.rb` and `falcon serve -c
+#    apps/ringpool/config/any_server.ru`, SHARDS worker processes each (one shard per core by
+#    default). Steps 3 to 5 run for each server.
 # 3. POOLS ring pools through POST /ring_pools, sizes drawn log-uniformly from SIZES (many small
 #    pools, a few large ones), every one with a LOCKOUT-second lockout; then the shards share
 #    them out (ownership ticks).
@@ -24,7 +26,8 @@
 #   RATES=25,50,100,150,200,250,500,1000,1500,2000  STEP_UP=500  MAX_RATE=4000  STEP=10  WARMUP=5
 #   HEADROOM=0.5 (seconds of latency JMeter's threads absorb: threads = rate × HEADROOM)
 #   POOLS=2000  SIZES=2-500  LOCKOUT=1  ITEMS=40  BODIES=5000  SEED=1
-#   SHARDS=<cores>  SERVER=weft  BREAK_P90=1.0  TIMEOUT_MS=5000  OUT=bench/results/ringpool.md
+#   SHARDS=<cores>  SERVERS=weft,puma,falcon  PUMA_THREADS=16  BREAK_P90=1.0  TIMEOUT_MS=5000
+#   OUT=bench/results/ringpool.md
 #   RINGPOOL_* settings (e.g. RINGPOOL_DEADLINE_MS) pass through to the app.
 require "bundler/setup"
 require "etc"
@@ -52,7 +55,7 @@ module RingpoolBench
   # The run's settings, from the environment.
   class Config
     attr_reader :rates, :step_up, :max_rate, :step, :warmup, :headroom, :pools, :sizes, :lockout, :items, :bodies,
-                :seed, :shards, :server, :break_p90, :timeout_ms, :out
+                :seed, :shards, :servers, :break_p90, :timeout_ms, :out
 
     def initialize(env = ENV)
       @rates = env.fetch("RATES", "25,50,100,150,200,250,500,1000,1500,2000").split(",").map { |rate| Integer(rate) }
@@ -68,7 +71,7 @@ module RingpoolBench
       @bodies = Integer(env.fetch("BODIES", "5000"))
       @seed = Integer(env.fetch("SEED", "1"))
       @shards = Integer(env.fetch("SHARDS", Etc.nprocessors.to_s))
-      @server = env.fetch("SERVER", "weft")
+      @servers = env.fetch("SERVERS", "weft,puma,falcon").split(",")
       @break_p90 = Float(env.fetch("BREAK_P90", "1.0"))
       @timeout_ms = Integer(env.fetch("TIMEOUT_MS", "5000"))
       @out = File.expand_path(env.fetch("OUT", "bench/results/ringpool.md"), ROOT)
@@ -77,8 +80,8 @@ module RingpoolBench
 
     # @return [String] the settings that differ from the defaults, for the report's command line
     def environment
-      %w[RATES STEP_UP MAX_RATE STEP WARMUP HEADROOM POOLS SIZES LOCKOUT ITEMS BODIES SEED SHARDS SERVER BREAK_P90
-         TIMEOUT_MS RINGPOOL_DEADLINE_MS].filter_map { |name| "#{name}=#{ENV[name]}" if ENV[name] }.join(" ")
+      %w[RATES STEP_UP MAX_RATE STEP WARMUP HEADROOM POOLS SIZES LOCKOUT ITEMS BODIES SEED SHARDS SERVERS PUMA_THREADS
+         BREAK_P90 TIMEOUT_MS RINGPOOL_DEADLINE_MS].filter_map { |name| "#{name}=#{ENV[name]}" if ENV[name] }.join(" ")
     end
 
     private
@@ -89,51 +92,51 @@ module RingpoolBench
       raise ArgumentError, "SIZES must be MIN-MAX with 1 <= MIN <= MAX" unless @sizes.first >= 1 && @sizes.first <= @sizes.last
       raise ArgumentError, "STEP, WARMUP, POOLS, ITEMS, BODIES, SHARDS must be positive" unless [@step, @pools, @items, @bodies, @shards].all?(&:positive?) && @warmup >= 0
       raise ArgumentError, "LOCKOUT must be at least 1 (whole seconds)" if @lockout < 1
+      unknown = @servers - Server::COMMANDS.keys
+      raise ArgumentError, "unknown SERVERS #{unknown.join(', ')} (known: #{Server::COMMANDS.keys.join(', ')})" unless unknown.empty? && @servers.any?
     end
   end
 
-  # The server under test. SERVER=weft is the only one so far; see Server.for.
+  # The server under test: ringpool's shards under one of COMMANDS.
   class Server
-    # @return [Server] for SERVER, or an ArgumentError saying what the others need
-    def self.for(name, **options)
-      case name
-      when "weft" then new(**options)
-      when "puma", "falcon"
-        raise ArgumentError, <<~TEXT.strip
-          SERVER=#{name} is not wired up yet: ringpool runs each shard from Weft's `worker_task` hook
-          (apps/ringpool/config/weft.rb: Shard#run(url) inside the worker's reactor). Under #{name} it needs a
-          per-process hook that runs Shard#run(shard_url(worker index)) in a Weft reactor of its own
-          (#{name == 'puma' ? "Puma's on_worker_boot, and a Weft.run in a thread, since Puma's request threads have no reactor" : "Falcon's container, with Weft's pool and client working under Async's scheduler"}),
-          and a config file of its own in apps/ringpool/config/. Then add it here.
-        TEXT
-      else raise ArgumentError, "unknown SERVER #{name.inspect} (known: weft; puma and falcon are planned)"
-      end
-    end
+    # How each server runs ringpool (ROOT-relative paths); PORT, SHARDS and THREADS filled in.
+    COMMANDS = {
+      "weft" => ["exe/weft", "serve", "-C", "apps/ringpool/config/weft.rb"],
+      "puma" => [Gem.bin_path("puma", "puma"), "-C", "apps/ringpool/config/puma.rb"],
+      "falcon" => [Gem.bin_path("falcon", "falcon"), "serve", "-b", "http://127.0.0.1:PORT", "-n", "SHARDS",
+                   "-c", "apps/ringpool/config/any_server.ru"]
+    }.freeze
 
-    attr_reader :pid, :port
+    attr_reader :pid, :port, :name
 
-    def initialize(database_url:, shards:, dir:)
+    def initialize(name, database_url:, shards:, dir:)
+      @name = name
       @database_url = database_url
       @shards = shards
       @dir = dir
+      @threads = Integer(ENV.fetch("PUMA_THREADS", "16"))
     end
 
-    # Starts `weft serve` and waits until it answers GET /health.
+    # Starts the server and waits until it answers GET /health.
     # @raise [RuntimeError] when it exits or does not answer within 60 s (with its log's tail)
     def start
       @port = RingpoolBench.free_port
+      FileUtils.mkdir_p(@dir)
       @log = File.join(@dir, "server.log")
       env = { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{@port}",
-              "RINGPOOL_SHARDS" => @shards.to_s, "RINGPOOL_SOCKET_DIR" => File.join(@dir, "sockets") }
-      @pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", "-C", "apps/ringpool/config/weft.rb",
-                           chdir: ROOT, out: @log, err: @log, pgroup: true)
+              "RINGPOOL_SHARDS" => @shards.to_s, "RINGPOOL_SOCKET_DIR" => File.join(@dir, "sockets"),
+              "PUMA_THREADS" => @threads.to_s }
+      command = COMMANDS.fetch(@name).map { |arg| arg.sub("PORT", @port.to_s).sub(/\ASHARDS\z/, @shards.to_s) }
+      @pid = Process.spawn(env, RbConfig.ruby, *command, chdir: ROOT, out: @log, err: @log, pgroup: true)
       await
       self
     end
 
     # @return [String] how the server was run, for the report
     def description
-      "`weft serve -C apps/ringpool/config/weft.rb` with RINGPOOL_SHARDS=#{@shards} (#{@shards} worker processes, one shard each)"
+      command = COMMANDS.fetch(@name).map { |arg| arg.start_with?("/") ? File.basename(arg) : arg }.join(" ")
+      threads = @name == "puma" ? ", #{@threads} threads each (PUMA_THREADS)" : ""
+      "`#{command.sub('PORT', 'PORT')}` with RINGPOOL_SHARDS=#{@shards} (#{@shards} worker processes, one shard each#{threads})"
     end
 
     def stop
@@ -324,20 +327,37 @@ module RingpoolBench
     FileUtils.mkdir_p(TMP)
     Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1]) # JMeter's threads are connections
     uptime_before = `uptime`.strip
-    rng = Random.new(config.seed)
     cluster = Weft::Test::PostgresCluster.new.start
-    database_url = cluster.create_database("ringpool")
     postmaster = Integer(File.foreach(File.join(cluster.data_dir, "postmaster.pid")).first)
-    server = Server.for(config.server, database_url: database_url, shards: config.shards, dir: TMP)
-    warn "ringpool: starting #{config.server} with #{config.shards} shards"
+    pools = nil
+    runs = config.servers.map do |name|
+      pools, run = run_server(config, name, cluster, postmaster)
+      run
+    end
+    report = LoadReport.new(config, runs, pools: pools, postgres: cluster.psql("show server_version").first["server_version"],
+                                          uptime_before: uptime_before, uptime_after: `uptime`.strip)
+    report.write(config.out)
+    warn "wrote #{config.out.delete_prefix("#{ROOT}/")}"
+  ensure
+    cluster&.destroy
+  end
+
+  # One server's part: a fresh database, the server, the same pools and bodies as the others
+  # (the same seed), then every rate until one breaks.
+  # @return [(Array, LoadReport::ServerRun)] the pools, and the server's results
+  def run_server(config, name, cluster, postmaster)
+    rng = Random.new(config.seed)
+    database_url = cluster.create_database("ringpool_#{name}")
+    server = Server.new(name, database_url: database_url, shards: config.shards, dir: File.join(TMP, name))
+    warn "ringpool: starting #{name} with #{config.shards} shards"
     server.start
     started = now
     pools = seed_pools(config, server.port, rng)
     seeding = now - started
     ownership = await_ownership(database_url, config.pools, config.shards)
-    warn format("ringpool: %d pools (%d numbers) created in %.1f s; owned %s", pools.size, pools.sum(&:last), seeding,
+    warn format("ringpool: %s: %d pools (%d numbers) created in %.1f s; owned %s", name, pools.size, pools.sum(&:last), seeding,
                 ownership.values.sort.inspect)
-    bodies = File.join(TMP, "bodies.txt")
+    bodies = File.join(TMP, name, "bodies.txt")
     write_bodies(bodies, config, pools, rng)
     jmeter = JMeter.new(File.join(TMP, "launcher"))
     steps = []
@@ -348,17 +368,12 @@ module RingpoolBench
 
       step = run_step(config, jmeter, rate, server, postmaster, bodies)
       steps << step
-      warn "ringpool: #{step.summary}"
+      warn "ringpool: #{name}: #{step.summary}"
       break if step.broken?(config)
     end
-    report = LoadReport.new(config, steps, pools: pools, seeding: seeding, ownership: ownership, server: server,
-                                           postgres: cluster.psql("show server_version").first["server_version"],
-                                           uptime_before: uptime_before, uptime_after: `uptime`.strip)
-    report.write(config.out)
-    warn "wrote #{config.out.delete_prefix("#{ROOT}/")}"
+    [pools, LoadReport::ServerRun.new(name, server, steps, seeding, ownership)]
   ensure
     server&.stop
-    cluster&.destroy
   end
 
   def run_step(config, jmeter, rate, server, postmaster, bodies)
@@ -373,7 +388,7 @@ module RingpoolBench
     samples = sample_cpu(server: -> { server.pid }, postgres: -> { postmaster }, jmeter: -> { jmeter_pid }) do
       result = jmeter.run(rate: rate, seconds: startup + config.warmup + config.step, headroom: config.headroom,
                           port: server.port, bodies: bodies, timeout_ms: config.timeout_ms,
-                          log_prefix: File.join(TMP, "rate-#{rate}")) { |pid| jmeter_pid = pid }
+                          log_prefix: File.join(TMP, server.name, "rate-#{rate}")) { |pid| jmeter_pid = pid }
     end
     step = Step.new(rate, result, samples, config, load_before)
     step.warnings = server.warnings(*step.window)
@@ -394,7 +409,7 @@ module RingpoolBench
       @groups = result[:groups]
       @load_before = load_before
       samples = result[:samples].sort_by(&:start)
-      raise "JMeter sent no request at #{rate} requests/s; see #{TMP}/rate-#{rate}.out" if samples.empty?
+      raise "JMeter sent no request at #{rate} requests/s; see #{TMP}/SERVER/rate-#{rate}.out" if samples.empty?
 
       running = samples.find { |sample| sample.threads >= @threads } || samples.first
       from = running.start + (config.warmup * 1000)

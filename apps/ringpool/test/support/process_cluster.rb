@@ -9,7 +9,8 @@ require "fileutils"
 module Ringpool
   module Test
     # A real ringpool cluster: `weft serve -C apps/ringpool/config/weft.rb` with N workers (one
-    # shard each), its own public port, socket folder and log file.
+    # shard each), its own public port, socket folder and log file; or the same app under Puma or
+    # Falcon (server:), through config/puma.rb and config/any_server.ru.
     class ProcessCluster
       ROOT = File.expand_path("../../../..", __dir__)
       APP = File.expand_path("../..", __dir__)
@@ -26,7 +27,9 @@ module Ringpool
       # @param env [Hash] more settings (RINGPOOL_BREAKER_OPEN_FOR, ...)
       # @param peer_port [Integer, nil] shards talk to each other over TCP on 127.0.0.1, shard N
       #   on peer_port + N, instead of unix sockets
-      def initialize(database_url:, shards:, deadline_ms: 2_000, interval: 0.2, env: {}, peer_port: nil)
+      # @param server [Symbol] :weft, :puma or :falcon
+      def initialize(database_url:, shards:, deadline_ms: 2_000, interval: 0.2, env: {}, peer_port: nil, server: :weft)
+        @server = server
         @database_url = database_url
         @shards = shards
         @dir = Dir.mktmpdir("ringpool-cluster")
@@ -45,8 +48,7 @@ module Ringpool
       # Starts the master and waits until every shard answers on its own socket.
       # @return [self]
       def start(timeout: 30)
-        @pid = Process.spawn(@env, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", "-C", File.join(APP, "config/weft.rb"),
-                             chdir: ROOT, out: @log, err: @log, pgroup: true)
+        @pid = Process.spawn(@env, RbConfig.ruby, *command, chdir: ROOT, out: @log, err: @log, pgroup: true)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         until Array.new(@shards) { |index| shard_health(index) }.all?
           raise "ringpool cluster exited early:\n#{log_tail}" if Process.waitpid(@pid, Process::WNOHANG)
@@ -54,6 +56,18 @@ module Ringpool
           sleep 0.05
         end
         self
+      end
+
+      # @return [Array<String>] the server's command line, after the Ruby
+      def command
+        case @server
+        when :weft then [File.join(ROOT, "exe/weft"), "serve", "-C", File.join(APP, "config/weft.rb")]
+        when :puma then [Gem.bin_path("puma", "puma"), "-C", File.join(APP, "config/puma.rb")]
+        when :falcon
+          [Gem.bin_path("falcon", "falcon"), "serve", "-b", "http://127.0.0.1:#{@port}", "-n", @shards.to_s,
+           "-c", File.join(APP, "config/any_server.ru")]
+        else raise ArgumentError, "unknown server #{@server.inspect}"
+        end
       end
 
       # @return [String] shard `index`'s URL
