@@ -25,6 +25,8 @@ module Weft
       attr_reader :pid
       # @return [Pipeline, nil] set while the connection is in pipeline mode
       attr_accessor :pipeline
+      # @return [Integer] savepoints Pool#transaction(requires_new: true) has open on it now
+      attr_accessor :savepoint_depth
 
       # Opens a connection; raises ConnectionError naming the server when that fails.
       # @param settings [Settings]
@@ -44,6 +46,7 @@ module Weft
         @released_at = @opened_at
         @pipelined = false
         @pipeline = nil
+        @savepoint_depth = 0
         @broken = false
       end
 

@@ -186,17 +186,25 @@ module Weft
       # Runs the block in a transaction on a pinned connection: commits when the block returns,
       # rolls back when it raises, its task is cancelled or its deadline passes; the connection
       # stays usable.
-      # @yieldparam conn [PG::Connection]
-      # @return the block's value
-      # @raise [TransactionRolledBack] when COMMIT found the transaction already failed (an
-      #   error inside the block was rescued)
       #
       # Called inside another #transaction (or a #with block that began one), it joins the
-      # enclosing transaction.
-      def transaction
+      # enclosing transaction by default: its statements commit or roll back with the enclosing
+      # ones. With `requires_new: true` it runs in a savepoint of the enclosing transaction
+      # instead: released when the block returns, rolled back to (undoing the block's statements
+      # only) when it raises, is interrupted or leaves early; the error goes on and the enclosing
+      # transaction stays usable.
+      # @param requires_new [Boolean] inside a transaction, run the block in a savepoint of it
+      # @yieldparam conn [PG::Connection]
+      # @return the block's value
+      # @raise [TransactionRolledBack] when COMMIT (or the end of a savepoint) found the work
+      #   already failed (an error inside the block was rescued); a savepoint is rolled back to
+      #   then, and the enclosing transaction goes on
+      def transaction(requires_new: false)
         enclosed = !pinned.nil?
         with do |conn|
-          next yield(conn) unless conn.transaction_status == PG::PQTRANS_IDLE
+          unless conn.transaction_status == PG::PQTRANS_IDLE
+            next requires_new ? in_savepoint(pinned) { yield conn } : yield(conn)
+          end
 
           conn.exec("BEGIN")
           begin
@@ -417,6 +425,43 @@ module Weft
           nil # the caller's own error says more
         end
         raise
+      end
+
+      # Runs the block in a savepoint of the transaction open on the pinned connection. Nested
+      # savepoints are named by their depth (weft_1, weft_2...), so an inner one never shadows
+      # one still open around it.
+      def in_savepoint(connection)
+        raw = connection.raw
+        name = "weft_#{connection.savepoint_depth + 1}"
+        raw.exec("SAVEPOINT #{name}")
+        connection.savepoint_depth += 1
+        released = false
+        begin
+          value = yield
+          if raw.transaction_status == PG::PQTRANS_INERROR
+            raise TransactionRolledBack, "the savepoint was rolled back: a statement in it failed"
+          end
+
+          raw.exec("RELEASE SAVEPOINT #{name}")
+          released = true
+          value
+        ensure
+          connection.savepoint_depth -= 1
+          # An error, an interruption or an early exit (break, throw) from the block.
+          roll_back_to(raw, name) unless released
+        end
+      end
+
+      # Undoes a savepoint's work and leaves the enclosing transaction usable. A statement
+      # still running (the block was interrupted) is cancelled first. If that cannot be done,
+      # the transaction stays as it is: its own end rolls it back, or the pool closes the
+      # connection when it is given back.
+      def roll_back_to(raw, name)
+        return unless stop_running(raw, Deadline.after(RESET_GRACE))
+        raw.exec("ROLLBACK TO SAVEPOINT #{name}")
+        raw.exec("RELEASE SAVEPOINT #{name}")
+      rescue PG::Error, IOError, SystemCallError
+        nil # the block's own error says more
       end
 
       def share(connection)
