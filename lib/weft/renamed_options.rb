@@ -48,7 +48,9 @@ module Weft
       # @return [nil]
       def warn_once(owner, old, new)
         return unless Warning[:deprecated]
-        return unless @lock.synchronize { @warned.key?([owner, old]) ? false : (@warned[[owner, old]] = true) }
+        key = [owner, old]
+        first = @lock.synchronize { !@warned.key?(key) && (@warned[key] = true) }
+        return unless first
         Kernel.warn("#{caller_outside_weft}: #{owner}: option #{old}: is deprecated, use #{new}: instead",
                     category: :deprecated)
         nil
