@@ -43,8 +43,7 @@ module Weft
     NONE = [].freeze
     # Options of .new that were renamed: old name => new name (see Weft::RenamedOptions).
     RENAMED_OPTIONS = { timeout: :acquire_timeout }.freeze
-    ABSENT = RenamedOptions::ABSENT
-    private_constant :Entry, :NONE, :ABSENT
+    private_constant :Entry, :NONE
 
     # Accepts the old names of renamed options (RENAMED_OPTIONS), with a deprecation warning.
     # @see #initialize
@@ -87,10 +86,11 @@ module Weft
     # @param args passed to the create block if a new resource is needed
     # @param acquire_timeout [Numeric, nil] seconds to wait for a free resource (defaults to the
     #   pool's)
-    # @param timeout deprecated old name of acquire_timeout
+    # @param timeout deprecated old name of acquire_timeout (see #checkout)
     # @return the block's value
-    def with(*args, acquire_timeout: @acquire_timeout, timeout: ABSENT)
-      resource = checkout(*args, acquire_timeout: acquire_timeout, timeout: timeout)
+    def with(*args, acquire_timeout: @acquire_timeout, timeout: false)
+      acquire_timeout = renamed_timeout(acquire_timeout, timeout) unless timeout == false
+      resource = checkout(*args, acquire_timeout: acquire_timeout)
       begin
         value = yield resource
       rescue Exception # rubocop:disable Lint/RescueException
@@ -106,13 +106,14 @@ module Weft
     # @param args passed to the create block if a new resource is needed (e.g. the caller's
     #   deadline for opening a connection)
     # @param acquire_timeout [Numeric, nil] seconds to wait at most (defaults to the pool's)
-    # @param timeout deprecated old name of acquire_timeout (a keyword rather than a Hash of
-    #   options: checkout is on every request's path)
+    # @param timeout deprecated old name of acquire_timeout; false (never a timeout) stands for
+    #   "not given". A keyword with a literal default rather than a Hash of options: checkout is
+    #   on every request's path, and both cost there.
     # @return the resource; hand it back with #checkin or #discard
     # @raise [TimeoutError] when none became free in time
     # @raise [ClosedError] when the pool was closed
-    def checkout(*args, acquire_timeout: @acquire_timeout, timeout: ABSENT)
-      acquire_timeout = renamed_timeout(acquire_timeout, timeout) unless ABSENT.equal?(timeout)
+    def checkout(*args, acquire_timeout: @acquire_timeout, timeout: false)
+      acquire_timeout = renamed_timeout(acquire_timeout, timeout) unless timeout == false
       deadline = acquire_timeout && Deadline.after(acquire_timeout)
       loop do
         entry, retired = take_or_reserve(deadline, acquire_timeout)

@@ -12,10 +12,6 @@ module Weft
   #
   # Core: every component that renames an option uses this, so the warnings read alike.
   module RenamedOptions
-    # Stands for "not given" as the default of an old keyword argument, where a method names it
-    # in its signature rather than collecting it in a Hash (a Hash per call costs on a hot path).
-    ABSENT = Object.new.freeze
-
     # Weft's lib/ directory: the caller named in a warning is the first frame outside it.
     LIBRARY = "#{File.expand_path('..', __dir__)}/"
 
@@ -32,7 +28,7 @@ module Weft
       #   name)
       # @raise [ArgumentError] when an option is given under both its names
       def rename(owner, options, renames)
-        return options unless renames.each_key.any? { |old| options.key?(old) }
+        return options unless renames.any? { |old, _new| options.key?(old) }
         renamed = options.dup
         renames.each do |old, new|
           next unless renamed.key?(old)
