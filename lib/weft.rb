@@ -42,7 +42,7 @@ module Weft
       raise ArgumentError, "Weft.run needs a block" unless block
       current = Fiber.scheduler
       return yield if current.is_a?(Scheduler) && !Fiber.current.blocking?
-      raise Error, "this thread already has a fiber scheduler (#{current.class})" if current
+      raise UsageError, "this thread already has a fiber scheduler (#{current.class})" if current
 
       scheduler = Scheduler.new
       Fiber.set_scheduler(scheduler)
@@ -166,7 +166,7 @@ module Weft
     def scheduler!(what)
       current = scheduler
       return current if current && !Fiber.current.blocking?
-      raise Error, "#{what} must be called inside Weft.run (no Weft reactor is running on this fiber)"
+      raise UsageError, "#{what} must be called inside Weft.run (no Weft reactor is running on this fiber)"
     end
   end
 end

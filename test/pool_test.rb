@@ -38,13 +38,13 @@ class PoolTest < Minitest::Test
   end
 
   def test_checkout_waits_for_a_free_resource_and_times_out
-    pool, = build(limit: 1, timeout: 0.2)
+    pool, = build(limit: 1, acquire_timeout: 0.2)
     held = pool.checkout
     error = assert_elapsed_under(1) { assert_raises(Weft::Pool::TimeoutError) { pool.checkout } }
     assert_kind_of Weft::TimeoutError, error
     assert_equal 1, pool.statistics[:timeouts]
     Thread.new { sleep 0.1; pool.checkin(held) }
-    assert_same held, pool.checkout(timeout: 2)
+    assert_same held, pool.checkout(acquire_timeout: 2)
   end
 
   def test_limit_bounds_concurrent_holders_across_fibers
@@ -78,7 +78,7 @@ class PoolTest < Minitest::Test
       assert_nil waiter.wait
       assert_equal 0, pool.statistics[:waiting]
       pool.checkin(held)
-      assert_same held, pool.checkout(timeout: 0.1)
+      assert_same held, pool.checkout(acquire_timeout: 0.1)
     end
   end
 
@@ -124,7 +124,7 @@ class PoolTest < Minitest::Test
 
   def test_a_failed_create_frees_its_slot
     attempts = 0
-    pool = Weft::Pool.new(limit: 1, timeout: 0.5) do |fail_it|
+    pool = Weft::Pool.new(limit: 1, acquire_timeout: 0.5) do |fail_it|
       attempts += 1
       raise IOError, "refused" if fail_it
       :ok
@@ -138,7 +138,7 @@ class PoolTest < Minitest::Test
     pool, closed = build(limit: 1, idle_timeout: 0.05)
     held = pool.checkout
     Thread.new { sleep 0.05; pool.discard(held) }
-    fresh = assert_elapsed_under(1) { pool.checkout(timeout: 1) }
+    fresh = assert_elapsed_under(1) { pool.checkout(acquire_timeout: 1) }
     assert_equal 2, fresh.id
     pool.checkin(fresh)
     sleep 0.1

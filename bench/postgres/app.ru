@@ -21,7 +21,7 @@ run_sql =
   case ENV.fetch("BENCH_POOL")
   when "weft"
     require "weft/postgres"
-    pool = Weft::Postgres::Pool.new(url, size: size, checkout_timeout: 60, pipelining: ENV["BENCH_PIPELINING"] != "0")
+    pool = Weft::Postgres::Pool.new(url, limit: size, acquire_timeout: 60, pipelining: ENV["BENCH_PIPELINING"] != "0")
     ->(sql) { pool.query(sql) }
   when "connection_pool"
     require "connection_pool"

@@ -21,7 +21,7 @@ module PostgresBench
     def run(iterations)
       monitor = PG.connect(PostgresBench.database[:url])
       { "alone on a connection" => 4, "pipelined, 3 statements behind it" => 1 }.map do |label, size|
-        pool = Weft::Postgres::Pool.new(PostgresBench.database[:url], size: size)
+        pool = Weft::Postgres::Pool.new(PostgresBench.database[:url], limit: size)
         late, gone = measure(pool, monitor, iterations, pipelined: size == 1)
         [label, late, gone, pool.statistics[:discarded]]
       ensure

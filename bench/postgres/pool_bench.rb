@@ -33,7 +33,7 @@ module PostgresBench
 
     # Statements per second from FIBERS fibers looping `select 1` through one pool.
     def weft(url, seconds, pipelining:)
-      pool = Weft::Postgres::Pool.new(url, size: CONNECTIONS, pipelining: pipelining)
+      pool = Weft::Postgres::Pool.new(url, limit: CONNECTIONS, pipelining: pipelining)
       count = 0
       Weft.run do
         deadline = nil

@@ -3,16 +3,17 @@
 require_relative "errors"
 require_relative "timers"
 require_relative "deadline"
+require_relative "renamed_options"
 
 module Weft
   # A bounded pool of reusable resources (connections, sessions, workers) handed out one holder
   # at a time. Core: any component may build on it (the HTTP client keeps one per origin).
   #
-  #   pool = Weft::Pool.new(limit: 10, idle_timeout: 30) { TCPSocket.new(host, port) }
+  #   pool = Weft::Pool.new(limit: 10, acquire_timeout: 5, idle_timeout: 30) { TCPSocket.new(host, port) }
   #   pool.with { |socket| socket.write(ping) }
   #
   # * Exclusive checkout, at most `limit` resources alive at once; callers beyond that wait up
-  #   to `timeout` seconds and then get Weft::Pool::TimeoutError.
+  #   to `acquire_timeout` seconds and then get Weft::Pool::TimeoutError.
   # * Resources are created lazily, outside the pool's lock (so a slow connect does not hold
   #   up other callers), and reused most-recently-used first, so surplus ones go idle and
   #   expire after `idle_timeout`.
@@ -25,24 +26,37 @@ module Weft
   #
   # Waiting uses Thread::Mutex and Thread::ConditionVariable, which Ruby routes through the
   # fiber scheduler: one pool serves tasks inside a reactor and plain threads alike.
+  #
+  # The option names (`limit`, `acquire_timeout`, `max_age`, `max_uses`) are shared by every
+  # pool in Weft: the HTTP client's and Weft::Postgres::Pool use them for the same ideas.
   class Pool
-    # Raised when no resource became free within the checkout timeout.
+    # Raised when no resource became free within the acquire timeout.
     class TimeoutError < Weft::TimeoutError; end
 
     # Raised by #checkout on a pool that was closed.
-    class ClosedError < Weft::Error; end
+    class ClosedError < StandardError
+      include Weft::Error
+    end
 
     # Bookkeeping for one live resource.
     Entry = Struct.new(:resource, :created_at, :used_at, :uses)
     NONE = [].freeze
+    # Options of .new that were renamed: old name => new name (see Weft::RenamedOptions).
+    RENAMED_OPTIONS = { timeout: :acquire_timeout }.freeze
     private_constant :Entry, :NONE
+
+    # Accepts the old names of renamed options (RENAMED_OPTIONS), with a deprecation warning.
+    # @see #initialize
+    def self.new(**options, &create)
+      super(**RenamedOptions.rename("Weft::Pool.new", options, RENAMED_OPTIONS), &create)
+    end
 
     # @return [Integer] the most resources alive at once
     attr_reader :limit
 
     # @param limit [Integer] the most resources alive at once
-    # @param timeout [Numeric, nil] default seconds #checkout waits for a free resource (nil:
-    #   forever)
+    # @param acquire_timeout [Numeric, nil] default seconds #checkout waits for a free resource
+    #   (nil: forever); `timeout:` is its deprecated old name
     # @param idle_timeout [Numeric, nil] retire a resource unused for this long
     # @param max_uses [Integer, nil] retire a resource after this many checkouts
     # @param max_age [Numeric, nil] retire a resource this many seconds after its creation
@@ -51,12 +65,12 @@ module Weft
     # @param close [#call, nil] called with each resource the pool retires
     # @yieldparam args what the caller passed to #checkout / #with
     # @yieldreturn a new resource, created when the pool needs one
-    def initialize(limit:, timeout: nil, idle_timeout: nil, max_uses: nil, max_age: nil, check: nil, close: nil,
-                   &create)
+    def initialize(limit:, acquire_timeout: nil, idle_timeout: nil, max_uses: nil, max_age: nil, check: nil,
+                   close: nil, &create)
       raise ArgumentError, "Weft::Pool.new needs a block that creates a resource" unless create
       raise ArgumentError, "limit must be a positive Integer" unless limit.is_a?(Integer) && limit.positive?
       @limit = limit
-      @timeout = timeout
+      @acquire_timeout = acquire_timeout
       @idle_timeout = idle_timeout
       @max_uses = max_uses
       @max_age = max_age
@@ -70,10 +84,13 @@ module Weft
     # raises, the resource is retired instead: its state is unknown (a half-written request, a
     # transaction left open).
     # @param args passed to the create block if a new resource is needed
-    # @param timeout [Numeric, nil] seconds to wait for a free resource (defaults to the pool's)
+    # @param acquire_timeout [Numeric, nil] seconds to wait for a free resource (defaults to the
+    #   pool's)
+    # @param timeout deprecated old name of acquire_timeout (see #checkout)
     # @return the block's value
-    def with(*args, timeout: @timeout)
-      resource = checkout(*args, timeout: timeout)
+    def with(*args, acquire_timeout: @acquire_timeout, timeout: false)
+      acquire_timeout = renamed_timeout(acquire_timeout, timeout) unless timeout == false
+      resource = checkout(*args, acquire_timeout: acquire_timeout)
       begin
         value = yield resource
       rescue Exception # rubocop:disable Lint/RescueException
@@ -88,14 +105,18 @@ module Weft
     # limit allows, or waiting for one to be returned.
     # @param args passed to the create block if a new resource is needed (e.g. the caller's
     #   deadline for opening a connection)
-    # @param timeout [Numeric, nil] seconds to wait at most (defaults to the pool's)
+    # @param acquire_timeout [Numeric, nil] seconds to wait at most (defaults to the pool's)
+    # @param timeout deprecated old name of acquire_timeout; false (never a timeout) stands for
+    #   "not given". A keyword with a literal default rather than a Hash of options: checkout is
+    #   on every request's path, and both cost there.
     # @return the resource; hand it back with #checkin or #discard
     # @raise [TimeoutError] when none became free in time
     # @raise [ClosedError] when the pool was closed
-    def checkout(*args, timeout: @timeout)
-      deadline = timeout && Deadline.after(timeout)
+    def checkout(*args, acquire_timeout: @acquire_timeout, timeout: false)
+      acquire_timeout = renamed_timeout(acquire_timeout, timeout) unless timeout == false
+      deadline = acquire_timeout && Deadline.after(acquire_timeout)
       loop do
-        entry, retired = take_or_reserve(deadline, timeout)
+        entry, retired = take_or_reserve(deadline, acquire_timeout)
         retired.each { |stale| close_resource(stale) }
         return entry.resource if entry && usable?(entry)
         next if entry # the check rejected it: try again
@@ -111,7 +132,7 @@ module Weft
       retire = false
       @mutex.synchronize do
         entry = @busy.delete(resource)
-        raise Error, "checkin of a resource that is not checked out from this pool" unless entry
+        raise UsageError, "checkin of a resource that is not checked out from this pool" unless entry
         now = Timers.now
         entry.used_at = now
         if @closed || worn_out?(entry, now)
@@ -192,6 +213,17 @@ module Weft
     end
 
     private
+
+    # The per-call timeout given under its old name `timeout:`. Both names given is an error; it
+    # shows as an acquire_timeout other than the pool's default (a keyword cannot tell "given"
+    # from "defaulted" without a Hash per call).
+    def renamed_timeout(acquire_timeout, timeout)
+      unless acquire_timeout.equal?(@acquire_timeout)
+        raise ArgumentError, "Weft::Pool#checkout: give acquire_timeout: or its old name timeout:, not both"
+      end
+      RenamedOptions.warn_once("Weft::Pool#checkout", :timeout, :acquire_timeout)
+      timeout
+    end
 
     def reset_state
       @pid = Process.pid

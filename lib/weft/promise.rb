@@ -23,7 +23,7 @@ module Weft
       @value = nil
     end
 
-    # Settles the promise with a value. Settling twice raises Weft::Error.
+    # Settles the promise with a value. Settling twice raises Weft::UsageError.
     # @return [self]
     def fulfill(value = nil)
       settle(:fulfilled, value)
@@ -71,7 +71,7 @@ module Weft
 
     def settle(state, value)
       @mutex.synchronize do
-        raise Error, "promise already settled" unless @state == :pending
+        raise UsageError, "promise already settled" unless @state == :pending
         @state = state
         @value = value
         @settled.broadcast

@@ -78,7 +78,7 @@ module Weft
 
     # Runs the event loop until every task has ended. Must be called from the loop fiber.
     def run
-      raise Error, "the reactor's loop can only run in the fiber that created it" unless Fiber.current.equal?(@loop_fiber)
+      raise UsageError, "the reactor's loop can only run in the fiber that created it" unless Fiber.current.equal?(@loop_fiber)
       run_once until @tasks.empty?
     rescue Exception # rubocop:disable Lint/RescueException
       # An Interrupt or SystemExit escaped a task or struck the loop itself: unwind every task
@@ -182,7 +182,7 @@ module Weft
     def suspend(timeout = nil, blocker = true)
       fiber = Fiber.current
       if fiber.equal?(@loop_fiber)
-        raise Error, "cannot block the reactor's own loop fiber; do this inside a task (Weft.spawn)"
+        raise UsageError, "cannot block the reactor's own loop fiber; do this inside a task (Weft.spawn)"
       end
 
       @suspended[fiber] = blocker

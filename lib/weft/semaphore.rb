@@ -49,7 +49,7 @@ module Weft
     # Returns a permit and lets one waiter in.
     def release
       @mutex.synchronize do
-        raise Error, "release without a matching acquire" if @held.zero?
+        raise UsageError, "release without a matching acquire" if @held.zero?
         @held -= 1
         @available.signal
       end

@@ -65,7 +65,7 @@ module Weft
     # Waits for the task to end.
     # @return the block's value, or nil if the task was cancelled
     # @raise the task's exception, with the task's own backtrace, if it failed
-    # @raise [Weft::Error] when called from the task itself or outside its reactor
+    # @raise [Weft::UsageError] when called from the task itself or outside its reactor
     def wait
       observed!
       wait_until_done unless done?
@@ -239,9 +239,9 @@ module Weft
 
     def wait_until_done
       current = Fiber.current
-      raise Error, "a task cannot wait for itself" if current.equal?(@fiber) || Task.current.equal?(self)
+      raise UsageError, "a task cannot wait for itself" if current.equal?(@fiber) || Task.current.equal?(self)
       unless Fiber.scheduler.equal?(@scheduler) && !current.blocking?
-        raise Error, "Task#wait must be called from a task in the same reactor (inside Weft.run)"
+        raise UsageError, "Task#wait must be called from a task in the same reactor (inside Weft.run)"
       end
 
       handle = observe { @scheduler.wake(current, true, self) }

@@ -196,9 +196,9 @@ class HTTPClientTest < Minitest::Test
     assert_equal 1, srv.connections
   end
 
-  def test_max_requests_and_idle_timeout_replace_connections
+  def test_max_uses_and_idle_timeout_replace_connections
     srv = echo_server
-    http = client(srv.url, max_requests: 2)
+    http = client(srv.url, max_uses: 2)
     5.times { http.get("/") }
     assert_equal 3, srv.connections
 
@@ -223,17 +223,37 @@ class HTTPClientTest < Minitest::Test
     assert_equal 10, srv.connections
   end
 
-  def test_per_origin_limit_queues_and_pool_timeout
+  def test_per_origin_limit_queues_and_acquire_timeout
     srv = server { sleep 0.3; [200, {}, "ok"] }
     http = client(srv.url, limit: 2)
     Weft.run { Weft.map(1..6) { http.get("/") } }
     assert_equal 2, srv.connections
     error = assert_raises(Weft::HTTP::PoolTimeout) do
       Weft.run do
-        Weft.map(1..3) { http.get("/", pool_timeout: 0.1) }
+        Weft.map(1..3) { http.get("/", acquire_timeout: 0.1) }
       end
     end
     assert_kind_of Weft::HTTP::Error, error
+  end
+
+  def test_old_option_names_still_work
+    srv = server { |r| r.path == "/slow" ? (sleep 0.3; [200, {}, "slow"]) : [200, {}, "ok"] }
+    http = nil
+    capture_io { http = client(srv.url, limit: 1, max_requests: 2) }
+    3.times { http.get("/") }
+    assert_equal 2, srv.connections
+    error = assert_raises(Weft::HTTP::PoolTimeout) do
+      capture_io do
+        Weft.run do
+          slow = Weft.spawn { http.get("/slow") }
+          sleep 0.05 # let it take the only connection
+          http.get("/", pool_timeout: 0.1)
+        ensure
+          slow.wait
+        end
+      end
+    end
+    assert_match(/acquire timeout of 0.1s/, error.message)
   end
 
   def test_threads_share_a_client_outside_a_reactor

@@ -36,7 +36,7 @@ class HTTPHostileResponsesTest < Minitest::Test
       socket.readpartial(65_536)
       socket.write(replies.pop)
     end
-    client = Weft::HTTP::Client.new(server.url, proxy: nil, read_timeout: 1, max_requests: 1)
+    client = Weft::HTTP::Client.new(server.url, proxy: nil, read_timeout: 1, max_uses: 1)
     outcomes = Hash.new(0)
     assert_elapsed_under(30) do
       200.times do

@@ -74,7 +74,7 @@ class PostgresDeadlineTest < Minitest::Test
   # --- a statement alone on its connection ---------------------------------------------------
 
   def test_a_statement_alone_ends_at_the_deadline_and_is_cancelled_on_the_server
-    db = pool(size: 4)
+    db = pool(limit: 4)
     reactor do
       outcome, took = timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'alone-1'") } }
       assert_deadline_error(outcome, took, 0.2)
@@ -87,7 +87,7 @@ class PostgresDeadlineTest < Minitest::Test
   end
 
   def test_the_caller_does_not_wait_for_a_slow_cancel_request
-    db = proxied_pool(size: 2)
+    db = proxied_pool(limit: 2)
     reactor do
       db.query("select 1") # opens a connection before cancel requests are held back
       @proxy.hold = 0.4
@@ -103,7 +103,7 @@ class PostgresDeadlineTest < Minitest::Test
   # PostgreSQL drops a cancel request that arrives between two protocol messages of the
   # statement; a request refused outright stands in for that here. The next one works.
   def test_a_cancel_request_that_had_no_effect_is_sent_again
-    db = proxied_pool(size: 1)
+    db = proxied_pool(limit: 1)
     reactor do
       db.query("select 1")
       @proxy.refuse = 1
@@ -130,9 +130,9 @@ class PostgresDeadlineTest < Minitest::Test
   # A server that never acts on cancel requests: after the grace period the connection is
   # closed, the statements still queued on it fail clearly, and the pool opens new ones.
   def test_when_cancel_requests_never_reach_the_server_the_connection_is_given_up
-    pipelined = proxied_pool(size: 1)
+    pipelined = proxied_pool(limit: 1)
     url = "postgres://postgres@127.0.0.1:#{@proxy.port}/postgres"
-    alone = Weft::Postgres::Pool.new(url, size: 1).tap { |created| @pools << created }
+    alone = Weft::Postgres::Pool.new(url, limit: 1).tap { |created| @pools << created }
     reactor do
       [pipelined, alone].each { |db| db.query("select 1") }
       @proxy.refuse = 1_000
@@ -154,7 +154,7 @@ class PostgresDeadlineTest < Minitest::Test
   end
 
   def test_a_statement_issued_after_the_deadline_passed_is_not_sent
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       db.query("create table if not exists deadline_late (v int)")
       db.query("truncate deadline_late")
@@ -184,7 +184,7 @@ class PostgresDeadlineTest < Minitest::Test
   end
 
   def test_an_expired_pipelined_statement_running_at_the_head_is_cancelled_and_the_others_go_on
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       blocker = occupy(db)
       expired = Weft.spawn { timed { Weft.deadline(0.3) { db.query("select pg_sleep(5), 'head-1'") } } }
@@ -203,7 +203,7 @@ class PostgresDeadlineTest < Minitest::Test
   end
 
   def test_an_expired_statement_queued_behind_another_is_cancelled_when_it_reaches_the_head
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       blocker = occupy(db)
       ahead = Weft.spawn { db.query("select pg_sleep(0.4), 'ahead'").getvalue(0, 1) }
@@ -223,7 +223,7 @@ class PostgresDeadlineTest < Minitest::Test
   # statement has ended and the next one runs, so the server cancels the next one: it is sent
   # again and its caller gets its own result, not the cancellation.
   def test_a_statement_hit_by_a_cancel_meant_for_another_is_sent_again
-    db = proxied_pool(size: 1)
+    db = proxied_pool(limit: 1)
     reactor do
       db.query("select 1")
       @proxy.hold = 0.4
@@ -241,7 +241,7 @@ class PostgresDeadlineTest < Minitest::Test
   end
 
   def test_under_pressure_one_expired_caller_among_many
-    db = pool(size: 3)
+    db = pool(limit: 3)
     reactor do
       workers = Array.new(40) do |fiber|
         Weft.spawn do
@@ -267,7 +267,7 @@ class PostgresDeadlineTest < Minitest::Test
   # --- checkout ------------------------------------------------------------------------------
 
   def test_a_checkout_from_an_exhausted_pool_ends_at_the_deadline
-    db = pool(size: 1, checkout_timeout: 5)
+    db = pool(limit: 1, acquire_timeout: 5)
     reactor do
       holder = Weft.spawn { db.with { sleep 0.6 } }
       sleep 0.02
@@ -280,9 +280,9 @@ class PostgresDeadlineTest < Minitest::Test
     end
   end
 
-  def test_checkout_timeout_still_applies_when_it_ends_first_and_nil_leaves_only_the_deadline
-    db = pool(size: 1, checkout_timeout: 0.1)
-    unbounded = pool(size: 1, checkout_timeout: nil)
+  def test_acquire_timeout_still_applies_when_it_ends_first_and_nil_leaves_only_the_deadline
+    db = pool(limit: 1, acquire_timeout: 0.1)
+    unbounded = pool(limit: 1, acquire_timeout: nil)
     reactor do
       holders = [db, unbounded].map { |p| Weft.spawn { p.with { sleep 0.5 } } }
       sleep 0.02
@@ -293,14 +293,14 @@ class PostgresDeadlineTest < Minitest::Test
       Weft.gather(holders)
     end
     [-1, 0, Float::NAN, Float::INFINITY, "5"].each do |bad|
-      assert_raises(ArgumentError, bad.inspect) { Weft::Postgres::Pool.new(postgres.url, checkout_timeout: bad) }
+      assert_raises(ArgumentError, bad.inspect) { Weft::Postgres::Pool.new(postgres.url, acquire_timeout: bad) }
     end
   end
 
   # --- pinned connections --------------------------------------------------------------------
 
   def test_a_transaction_past_its_deadline_is_rolled_back_and_its_connection_kept
-    db = proxied_pool(size: 1)
+    db = proxied_pool(limit: 1)
     reactor do
       db.query("create table if not exists deadline_tx (v int)")
       db.query("truncate deadline_tx")
@@ -324,7 +324,7 @@ class PostgresDeadlineTest < Minitest::Test
   end
 
   def test_inside_with_a_rescued_deadline_leaves_the_session_usable
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       db.with do |conn|
         conn.exec("set application_name = 'kept-session'")
@@ -348,7 +348,7 @@ class PostgresDeadlineTest < Minitest::Test
   # --- outside a reactor ---------------------------------------------------------------------
 
   def test_outside_a_reactor
-    db = proxied_pool(size: 2, checkout_timeout: 5)
+    db = proxied_pool(limit: 2, acquire_timeout: 5)
     Thread.new { db.query("select 1") }.join
     @proxy.hold = 0.3
     outcome, took = Thread.new { timed { Weft.deadline(0.2) { db.query("select pg_sleep(5), 'thread-1'") } } }.value

@@ -12,7 +12,7 @@ class PostgresFaultsTest < Minitest::Test
 
   def test_unreachable_server_raises_connection_error_naming_it_promptly
     port = free_tcp_port
-    pool = Weft::Postgres::Pool.new("postgres://postgres@127.0.0.1:#{port}/postgres", size: 2)
+    pool = Weft::Postgres::Pool.new("postgres://postgres@127.0.0.1:#{port}/postgres", limit: 2)
     reactor do
       error = assert_elapsed_under(1.0) { assert_raises(Weft::Postgres::ConnectionError) { pool.query("select 1") } }
       assert_includes error.message, "127.0.0.1:#{port}"
@@ -43,7 +43,7 @@ class PostgresFaultsTest < Minitest::Test
   end
 
   def test_cancelled_task_inside_with_cancels_the_statement_and_keeps_the_connection
-    pool = Weft::Postgres::Pool.new(postgres.url, size: 1)
+    pool = Weft::Postgres::Pool.new(postgres.url, limit: 1)
     reactor do
       task = Weft.spawn { pool.with { |conn| conn.exec("select pg_sleep(20), 'with-cancel'") } }
       sleep 0.2
@@ -60,7 +60,7 @@ class PostgresFaultsTest < Minitest::Test
   end
 
   def test_fork_child_never_uses_the_parents_connections
-    pool = Weft::Postgres::Pool.new(postgres.url, size: 2)
+    pool = Weft::Postgres::Pool.new(postgres.url, limit: 2)
     parent_pid = Weft.run { pool.query("select pg_backend_pid()").getvalue(0, 0) }
     reader, writer = IO.pipe
     child = fork do
@@ -86,7 +86,7 @@ class PostgresFaultsTest < Minitest::Test
 
   def test_restart_under_load_fails_in_flight_statements_clearly_and_recovers
     cluster = Weft::Test::PostgresCluster.new.start
-    pool = Weft::Postgres::Pool.new(cluster.url, size: 4, checkout_timeout: 10)
+    pool = Weft::Postgres::Pool.new(cluster.url, limit: 4, acquire_timeout: 10)
     outcomes = Hash.new(0)
     errors = []
     hung = []

@@ -24,7 +24,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_query_returns_a_result_with_parameters_and_nulls
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       result = db.query("select $1::int + 1 as n, $2::text as t, $3::text is null as null", 41, "hé", nil)
       assert_kind_of PG::Result, result
@@ -33,7 +33,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_many_fibers_share_few_connections_each_in_its_own_order
-    db = pool(size: 4)
+    db = pool(limit: 4)
     results = reactor do
       tasks = Array.new(100) do |fiber|
         Weft.spawn { Array.new(20) { |i| db.query("select $1::int", (fiber * 100) + i).getvalue(0, 0).to_i } }
@@ -49,7 +49,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_without_pressure_statements_run_alone_and_never_queue_behind_a_slow_one
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       slow = Weft.spawn { db.query("select pg_sleep(1)") }
       sleep 0.05
@@ -60,7 +60,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_an_error_fails_only_its_own_statement_and_the_next_one_is_correct
-    db = pool(size: 1) # every statement on one connection, in one pipeline
+    db = pool(limit: 1) # every statement on one connection, in one pipeline
     outcomes = reactor do
       tasks = Array.new(30) do |i|
         Weft.spawn do
@@ -86,7 +86,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_in_flight_depth_is_bounded
-    db = pool(size: 1, pipeline_depth: 3)
+    db = pool(limit: 1, pipeline_depth: 3)
     seen = []
     reactor do
       tasks = Array.new(15) { Weft.spawn { db.query("select pg_sleep(0.01)") } }
@@ -104,7 +104,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_slow_statements_overlap_across_connections
-    db = pool(size: 10)
+    db = pool(limit: 10)
     reactor do
       assert_elapsed_under(2.0) do
         Weft.gather(Array.new(10) { Weft.spawn { db.query("select pg_sleep(0.5)") } })
@@ -113,7 +113,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_without_pipelining_statements_still_overlap
-    db = pool(size: 10, pipelining: false)
+    db = pool(limit: 10, pipelining: false)
     refute db.pipelining?
     reactor do
       assert_elapsed_under(2.0) do
@@ -125,7 +125,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_with_pins_a_connection_out_of_the_shared_set
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       db.with do |conn|
         conn.exec("set application_name = 'pinned'")
@@ -139,7 +139,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_inside_with_the_fiber_keeps_its_connection
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       db.query("create table if not exists nest_test (v int)")
       db.query("truncate nest_test")
@@ -169,7 +169,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_transaction_commits_and_rolls_back
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       db.query("create table if not exists tx_test (v int)")
       db.query("truncate tx_test")
@@ -192,7 +192,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_cancelled_transaction_rolls_back_cancels_the_statement_and_keeps_the_connection
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       db.query("create table if not exists tx_cancel (v int)")
       db.query("truncate tx_cancel")
@@ -215,7 +215,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_cancelled_pipelined_statement_is_cancelled_on_the_server
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
       sleep 0.05
@@ -236,7 +236,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_abandoned_statement_behind_others_does_not_disturb_their_results
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
       sleep 0.05
@@ -255,7 +255,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_pin_reads_out_statements_whose_callers_all_left
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
       sleep 0.05
@@ -274,7 +274,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_connection_killed_with_statements_in_flight_fails_them_clearly
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       pid = db.query("select pg_backend_pid()").getvalue(0, 0)
       blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
@@ -295,7 +295,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_timeout_around_a_query_leaves_the_pool_healthy
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       assert_raises(Weft::TimeoutError) { Weft.timeout(0.2) { db.query("select pg_sleep(30)") } }
       assert_elapsed_under(1.0) { assert_equal "1", db.query("select 1").getvalue(0, 0) }
@@ -303,7 +303,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_statement_timeout_option
-    db = pool(size: 1, statement_timeout: 0.2)
+    db = pool(limit: 1, statement_timeout: 0.2)
     reactor do
       error = assert_elapsed_under(1.5) { assert_raises(PG::QueryCanceled) { db.query("select pg_sleep(5)") } }
       assert_match(/statement timeout/, error.message)
@@ -312,8 +312,8 @@ class PostgresPoolTest < Minitest::Test
     end
   end
 
-  def test_checkout_timeout_raises_pool_timeout
-    db = pool(size: 1, checkout_timeout: 0.2)
+  def test_acquire_timeout_raises_pool_timeout
+    db = pool(limit: 1, acquire_timeout: 0.2)
     reactor do
       holder = Weft.spawn { db.with { sleep 1 } }
       sleep 0.05 # let it pin the only connection
@@ -326,7 +326,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_pin_waits_for_a_shared_connection_to_drain
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       busy = Array.new(5) { Weft.spawn { db.query("select pg_sleep(0.1)") } }
       pid = assert_elapsed_under(3.0) { db.with(&:backend_pid) }
@@ -336,21 +336,36 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_query_refuses_to_open_a_transaction
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       assert_raises(ArgumentError) { db.query("BEGIN") }
       assert_raises(ArgumentError) { db.query("  start transaction isolation level serializable") }
     end
   end
 
-  def test_max_lifetime_and_idle_timeout_replace_connections
-    db = pool(size: 1, max_lifetime: 0.2)
+  def test_old_option_names_still_work
+    db = nil
+    capture_io { db = pool(size: 1, checkout_timeout: 0.2, max_lifetime: 0.2) }
+    assert_equal 1, db.limit
+    reactor do
+      first = db.query("select pg_backend_pid()").getvalue(0, 0)
+      holder = Weft.spawn { db.with { sleep 0.5 } }
+      sleep 0.05 # let it pin the only connection
+      error = assert_raises(Weft::Postgres::PoolTimeout) { db.with {} }
+      assert_match(/within 0.2s/, error.message)
+      holder.wait
+      refute_equal first, db.query("select pg_backend_pid()").getvalue(0, 0), "max_lifetime: did not retire it"
+    end
+  end
+
+  def test_max_age_and_idle_timeout_replace_connections
+    db = pool(limit: 1, max_age: 0.2)
     reactor do
       first = db.query("select pg_backend_pid()").getvalue(0, 0)
       sleep 0.3
       refute_equal first, db.query("select pg_backend_pid()").getvalue(0, 0)
     end
-    idle = pool(size: 1, idle_timeout: 0.1)
+    idle = pool(limit: 1, idle_timeout: 0.1)
     reactor do
       idle.query("select 1")
       sleep 0.2
@@ -360,7 +375,7 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_a_connection_killed_while_idle_is_replaced
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       pid = db.query("select pg_backend_pid()").getvalue(0, 0)
       postgres.psql("select pg_terminate_backend(#{pid})")
@@ -373,14 +388,14 @@ class PostgresPoolTest < Minitest::Test
   def test_database_url_is_the_default
     previous = ENV["DATABASE_URL"]
     ENV["DATABASE_URL"] = postgres.url
-    db = Weft::Postgres::Pool.new(size: 1).tap { |created| @pools << created }
+    db = Weft::Postgres::Pool.new(limit: 1).tap { |created| @pools << created }
     reactor { assert_equal "1", db.query("select 1").getvalue(0, 0) }
   ensure
     ENV["DATABASE_URL"] = previous
   end
 
   def test_usable_from_plain_threads
-    db = pool(size: 3)
+    db = pool(limit: 3)
     threads = Array.new(4) do |t|
       Thread.new { Array.new(25) { |i| db.query("select $1::int", (t * 100) + i).getvalue(0, 0).to_i } }
     end
@@ -388,10 +403,10 @@ class PostgresPoolTest < Minitest::Test
   end
 
   def test_statistics
-    db = pool(size: 3)
+    db = pool(limit: 3)
     reactor { Weft.gather(Array.new(6) { Weft.spawn { db.query("select 1") } }) }
     stats = db.statistics
-    assert_equal 3, stats[:max_size]
+    assert_equal 3, stats[:limit]
     assert_equal 6, stats[:queries]
     assert_equal 0, stats[:busy]
     assert_equal stats[:size], stats[:idle]

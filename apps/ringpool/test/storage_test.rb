@@ -68,7 +68,7 @@ class RingpoolStorageTest < Minitest::Test
   def test_two_owners_never_hand_out_a_number_twice
     db = fresh_database
     answers = []
-    with_db(db, size: 8) do |pool_db|
+    with_db(db, limit: 8) do |pool_db|
       store = Ringpool::Store.new(pool_db)
       pool = store.create_pool(name: "contested", numbers: numbers(20), overflow_number: "+15550999999", lockout_seconds: 3600)
       owners = Array.new(2) do

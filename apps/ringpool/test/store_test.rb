@@ -14,7 +14,7 @@ class RingpoolStoreTest < Minitest::Test
     url = postgres.create_database("ringpool_concurrent_#{SecureRandom.hex(4)}")
     pids = Array.new(3) do
       fork do
-        db = Weft::Postgres::Pool.new(url, size: 1)
+        db = Weft::Postgres::Pool.new(url, limit: 1)
         Weft.run { Ringpool::Schema.migrate(db) }
         exit!(0)
       rescue StandardError => e

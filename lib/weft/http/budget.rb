@@ -22,12 +22,12 @@ module Weft
     class Budget
       # The option behind each kind of limit, and the error raised when it runs out.
       TIMEOUTS = {
-        connect: ConnectTimeout, read: ReadTimeout, write: WriteTimeout, pool: PoolTimeout,
+        connect: ConnectTimeout, read: ReadTimeout, write: WriteTimeout, acquire: PoolTimeout,
         header: HeaderTimeout, body: BodyTimeout
       }.freeze
       # What the request was doing during each kind of wait, for messages.
       DOING = {
-        pool: "waiting for a free connection", connect: "connecting", write: "sending the request",
+        acquire: "waiting for a free connection", connect: "connecting", write: "sending the request",
         header: "waiting for the response head", body: "reading the response body", read: "reading"
       }.freeze
       # Timeout's asynchronous raises (in a plain thread, Weft.deadline is Timeout.timeout): held
@@ -55,19 +55,19 @@ module Weft
       # @param connect [Numeric, nil] seconds for DNS + TCP connect + TLS handshake
       # @param read [Numeric, nil] seconds for any single read
       # @param write [Numeric, nil] seconds for any single write
-      # @param pool [Numeric, nil] seconds to wait for a free pooled connection
+      # @param acquire [Numeric, nil] seconds to wait for a free pooled connection
       # @param header [Numeric, nil] seconds from sending a request to having its response head
       # @param body [Numeric, nil] seconds from the response head to the end of the body
       # @param deadline [Numeric, nil] seconds for the whole request, from now
-      def initialize(connect: nil, read: nil, write: nil, pool: nil, header: nil, body: nil, deadline: nil)
-        @timeouts = { connect: connect, read: read, write: write, pool: pool, header: header, body: body }
+      def initialize(connect: nil, read: nil, write: nil, acquire: nil, header: nil, body: nil, deadline: nil)
+        @timeouts = { connect: connect, read: read, write: write, acquire: acquire, header: header, body: body }
         own = deadline && Deadline.after(deadline)
         @deadline = Deadline.earliest(own, Deadline.current)
         @callers_deadline = !@deadline.nil? && !@deadline.equal?(own)
         @connect = nil # the connect clock
         @part = nil # :header or :body while a response is read
         @part_deadline = nil
-        @doing = :pool
+        @doing = :acquire
         @binding = nil
       end
 
@@ -87,7 +87,7 @@ module Weft
         self
       end
 
-      # @param kind [Symbol] :connect, :read, :write or :pool
+      # @param kind [Symbol] :connect, :read, :write or :acquire
       # @return [Array(Float or nil, Class)] seconds the wait may last (nil: no limit) and the
       #   exception to raise when it does not end in time
       def limit(kind)

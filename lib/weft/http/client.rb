@@ -3,6 +3,7 @@
 require "uri"
 require_relative "../../weft"
 require_relative "../pool"
+require_relative "../renamed_options"
 require_relative "errors"
 require_relative "origin"
 require_relative "budget"
@@ -29,16 +30,20 @@ module Weft
     # blocks the calling thread.
     class Client
       DEFAULTS = {
-        limit: 64, idle_timeout: 5, max_requests: 1000, max_age: nil,
-        connect_timeout: 10, read_timeout: 30, write_timeout: 30, pool_timeout: nil,
+        limit: 64, idle_timeout: 5, max_uses: 1000, max_age: nil,
+        connect_timeout: 10, read_timeout: 30, write_timeout: 30, acquire_timeout: nil,
         header_timeout: 30, body_timeout: nil, deadline: 60, max_body_size: 64 * 1024 * 1024,
         follow: 0, decompress: true, ssl: {}, proxy: :env, headers: {}, breaker: nil
       }.freeze
       # Options a single request may override.
-      REQUEST_OPTIONS = %i[connect_timeout read_timeout write_timeout pool_timeout header_timeout body_timeout
+      REQUEST_OPTIONS = %i[connect_timeout read_timeout write_timeout acquire_timeout header_timeout body_timeout
                            deadline max_body_size follow].freeze
+      # Options that were renamed to the names every Weft pool uses: old name => new name (see
+      # Weft::RenamedOptions). The per-request one is in both lists.
+      RENAMED_OPTIONS = { pool_timeout: :acquire_timeout, max_requests: :max_uses }.freeze
+      RENAMED_REQUEST_OPTIONS = { pool_timeout: :acquire_timeout }.freeze
       # Options that are a number of seconds (or nil for no limit).
-      SECONDS = %i[idle_timeout max_age connect_timeout read_timeout write_timeout pool_timeout header_timeout
+      SECONDS = %i[idle_timeout max_age connect_timeout read_timeout write_timeout acquire_timeout header_timeout
                    body_timeout deadline].freeze
       REDIRECT_DRAIN_LIMIT = 65_536
       private_constant :SECONDS, :REDIRECT_DRAIN_LIMIT
@@ -50,13 +55,14 @@ module Weft
       #   "unix:///run/app.sock"; requests may then give paths ("/users")
       # @param limit [Integer] connections per origin at most
       # @param idle_timeout [Numeric, nil] close connections idle this long (seconds)
-      # @param max_requests [Integer, nil] requests per connection before it is replaced
+      # @param max_uses [Integer, nil] requests per connection before it is replaced (old name:
+      #   max_requests)
       # @param max_age [Numeric, nil] replace connections this many seconds old
       # @param connect_timeout [Numeric, nil] DNS + connect + TLS handshake
       # @param read_timeout [Numeric, nil] each read (waiting for the head, or for body bytes)
       # @param write_timeout [Numeric, nil] each write
-      # @param pool_timeout [Numeric, nil] waiting for a connection when `limit` are in use
-      #   (defaults to connect_timeout)
+      # @param acquire_timeout [Numeric, nil] waiting for a connection when `limit` are in use
+      #   (defaults to connect_timeout; old name: pool_timeout)
       # @param header_timeout [Numeric, nil] from the request sent to the whole response head
       #   (defaults to read_timeout): a server trickling its head cannot stretch it
       # @param body_timeout [Numeric, nil] from the response head to the end of the body
@@ -76,6 +82,7 @@ module Weft
       #   origin shared by every client of the process (true: default options; a Hash:
       #   CircuitBreaker options, plus `failed_statuses:`, 500..599 by default)
       def initialize(base_url = nil, **options)
+        options = RenamedOptions.rename("Weft::HTTP::Client.new", options, RENAMED_OPTIONS)
         unknown = options.keys - DEFAULTS.keys
         raise ArgumentError, "unknown option(s) #{unknown.join(', ')}" unless unknown.empty?
         check_limits(options)
@@ -103,7 +110,7 @@ module Weft
       #   (chunked unless their size is known)
       # @param query [Hash, nil] added to the URL's query string
       # @param options per-request overrides (see REQUEST_OPTIONS): connect_timeout,
-      #   read_timeout, write_timeout, pool_timeout, header_timeout, body_timeout, deadline,
+      #   read_timeout, write_timeout, acquire_timeout, header_timeout, body_timeout, deadline,
       #   max_body_size, follow
       # @return [Response, Object]
       # @raise [Weft::HTTP::Error] see errors.rb for the classes
@@ -111,10 +118,10 @@ module Weft
       #   (nothing is sent); the breaker judges the exchange up to the whole body without a
       #   block, up to the response head with one
       def request(method, url, headers: nil, body: nil, query: nil, **options)
-        raise Weft::Error, "the client is closed" if @closed
+        raise Weft::UsageError, "the client is closed" if @closed
         options = request_options(options)
         budget = Budget.new(connect: options[:connect_timeout], read: options[:read_timeout],
-                            write: options[:write_timeout], pool: options[:pool_timeout] || options[:connect_timeout],
+                            write: options[:write_timeout], acquire: options[:acquire_timeout] || options[:connect_timeout],
                             header: options[:header_timeout], body: options[:body_timeout],
                             deadline: options[:deadline])
         request = build_request(method, url, headers, body, query)
@@ -181,6 +188,7 @@ module Weft
 
       def request_options(options)
         return @options if options.empty?
+        options = RenamedOptions.rename("Weft::HTTP::Client#request", options, RENAMED_REQUEST_OPTIONS)
         unknown = options.keys - REQUEST_OPTIONS
         raise ArgumentError, "unknown request option(s) #{unknown.join(', ')}" unless unknown.empty?
         check_limits(options)
@@ -339,19 +347,19 @@ module Weft
       end
 
       def checkout(pool, origin, budget)
-        seconds, error = budget.limit(:pool)
+        seconds, error = budget.limit(:acquire)
         raise budget.exceeded(error, origin.to_s) if seconds && seconds <= 0
-        pool.checkout(budget, timeout: seconds)
+        pool.checkout(budget, acquire_timeout: seconds)
       rescue Weft::Pool::TimeoutError
         raise budget.exceeded(error, "all #{pool.limit} connections to #{origin} busy")
       rescue Weft::Pool::ClosedError
-        raise Weft::Error, "the client is closed"
+        raise Weft::UsageError, "the client is closed"
       end
 
       def pool_for(origin)
         @pools_lock.synchronize do
           @pools[origin] ||= Weft::Pool.new(
-            limit: @options[:limit], idle_timeout: @options[:idle_timeout], max_uses: @options[:max_requests],
+            limit: @options[:limit], idle_timeout: @options[:idle_timeout], max_uses: @options[:max_uses],
             max_age: @options[:max_age], check: :healthy?.to_proc, close: :close.to_proc
           ) { |budget| @connector.open(origin, budget) }
         end

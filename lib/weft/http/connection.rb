@@ -74,7 +74,7 @@ module Weft
       # @param budget [Budget]
       # @param extra [Array<Array(String, String)>] fields the client adds
       def write_request(request, budget, extra)
-        raise Weft::Error, "connection busy (#{@state})" unless @state == :idle
+        raise Weft::UsageError, "connection busy (#{@state})" unless @state == :idle
         @requests += 1
         @state = :writing
         @received = false

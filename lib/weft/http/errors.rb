@@ -5,13 +5,16 @@ require_relative "../errors"
 module Weft
   module HTTP
     # Every failure the HTTP client raises includes this module, so `rescue Weft::HTTP::Error`
-    # catches them all. It is a module rather than a base class because the timeouts must also
-    # be Timeout::Errors (through Weft::TimeoutError): code written for Net::HTTP, Faraday or
-    # Rack::Timeout rescues Timeout::Error, and a switch of client must not change that.
-    module Error; end
+    # catches them all (and, as it includes Weft::Error, so does `rescue Weft::Error`). It is a
+    # module rather than a base class because the timeouts must also be Timeout::Errors (through
+    # Weft::TimeoutError): code written for Net::HTTP, Faraday or Rack::Timeout rescues
+    # Timeout::Error, and a switch of client must not change that.
+    module Error
+      include Weft::Error
+    end
 
     # The connection could not be opened, or broke while in use.
-    class ConnectionError < Weft::Error
+    class ConnectionError < StandardError
       include Error
     end
 
@@ -38,12 +41,12 @@ module Weft
 
     # The response violates HTTP/1.1 (bad status line or header, bad chunk framing, a gzip
     # body that does not inflate).
-    class MalformedResponse < Weft::Error
+    class MalformedResponse < StandardError
       include Error
     end
 
     # More redirects than `follow:` allows.
-    class TooManyRedirects < Weft::Error
+    class TooManyRedirects < StandardError
       include Error
     end
 
@@ -55,7 +58,7 @@ module Weft
 
     # The response body is larger than `max_body_size` (by its Content-Length, or by the bytes
     # read). The connection is retired.
-    class BodyTooLarge < Weft::Error
+    class BodyTooLarge < StandardError
       include Error
     end
 
@@ -88,7 +91,7 @@ module Weft
       include TimeoutError
     end
 
-    # No connection to the origin became free in the pool within `pool_timeout`.
+    # No connection to the origin became free in the pool within `acquire_timeout`.
     class PoolTimeout < Weft::TimeoutError
       include TimeoutError
     end

@@ -16,7 +16,7 @@ module Weft
     # Weft reactor.
     #
     # Options given to `f.adapter :weft, ...` go to Weft::HTTP::Client.new (limit:,
-    # idle_timeout:, max_requests:, deadline:, ...).
+    # idle_timeout:, max_uses:, deadline:, ...).
     class FaradayAdapter < ::Faraday::Adapter
       self.supports_parallel = true
 

@@ -78,7 +78,7 @@ module Weft
           yield @body unless @body.empty?
           return self
         end
-        raise Weft::Error, "the body was already read, or the response closed" if @done
+        raise Weft::UsageError, "the body was already read, or the response closed" if @done
 
         begin
           pump(buffer, &block)
@@ -96,7 +96,7 @@ module Weft
       #   closed)
       def body
         return @body if @body
-        raise Weft::Error, "the body was already consumed by #each_chunk, or the response closed" if @done
+        raise Weft::UsageError, "the body was already consumed by #each_chunk, or the response closed" if @done
 
         limit = @max_body_size
         check_length(limit) if limit && @length && !@inflater

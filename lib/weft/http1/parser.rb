@@ -1,11 +1,15 @@
 # frozen_string_literal: true
 
+require_relative "../errors"
+
 module Weft
   module HTTP1
     # Raised for malformed or oversized HTTP/1.x input. #status is the HTTP
     # status a server should answer with (400, 413, 414, 431, 501, 505);
     # the response parser always uses 502.
     class ParseError < StandardError
+      include Weft::Error
+
       attr_reader :status
 
       def initialize(message = "malformed HTTP message", status = 400)

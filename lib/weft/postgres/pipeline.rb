@@ -257,7 +257,7 @@ module Weft
           result&.clear
           request.settle
         elsif result.nil?
-          request.settle(Error.new("PostgreSQL returned no result for: #{request.sql}"))
+          request.settle(MissingResult.new("PostgreSQL returned no result for: #{request.sql}"))
         else
           begin
             result.check
@@ -385,7 +385,9 @@ module Weft
       end
 
       # The server did not settle a cancelled statement in time.
-      class Unresponsive < Error; end
+      class Unresponsive < StandardError
+        include Error
+      end
       private_constant :Unresponsive
     end
   end

@@ -9,12 +9,13 @@ require_relative "request"
 require_relative "background"
 require_relative "../timers"
 require_relative "../deadline"
+require_relative "../renamed_options"
 
 module Weft
   module Postgres
     # A fiber-aware PostgreSQL connection pool that pipelines single statements automatically.
     #
-    #   pool = Weft::Postgres::Pool.new(ENV["DATABASE_URL"], size: 8)
+    #   pool = Weft::Postgres::Pool.new(ENV["DATABASE_URL"], limit: 8)
     #   pool.query("select name from users where id = $1", id) # => PG::Result
     #   pool.with { |conn| conn.exec("set search_path to app"); conn.exec("...") }
     #   pool.transaction { |conn| conn.exec_params("insert ...", [...]) }
@@ -26,8 +27,9 @@ module Weft
     # statements in one transaction); a pinned connection is out of the shared set until it is
     # given back.
     #
-    # Connections are opened lazily up to `size`, checked for life before reuse, closed past
-    # `max_lifetime` or `idle_timeout`, replaced when broken, and never shared across fork.
+    # Connections are opened lazily up to `limit`, checked for life before reuse, closed past
+    # `max_age` or `idle_timeout`, replaced when broken, and never shared across fork. The option
+    # names are those of every pool in Weft (Weft::Pool, the HTTP client's).
     # The pool is safe to use from many fibers and from many threads.
     #
     # Every wait honours the caller's deadline (Weft.deadline): a checkout waits no longer than
@@ -58,45 +60,59 @@ module Weft
       # while a connection is given back (bounded by RESET_GRACE on its own), not at all.
       NOWHERE = { Exception => :never }.freeze
 
+      # Options of .new that were renamed: old name => new name (see Weft::RenamedOptions).
+      RENAMED_OPTIONS = { size: :limit, checkout_timeout: :acquire_timeout, max_lifetime: :max_age }.freeze
+
       # @return [Integer] the most connections the pool opens
-      attr_reader :size
+      attr_reader :limit
+      # @deprecated the old name of #limit
+      alias size limit
       # @return [Settings]
       attr_reader :settings
 
+      # Accepts the old names of renamed options (RENAMED_OPTIONS), with a deprecation warning.
+      # @see #initialize
+      def self.new(target = nil, **options)
+        super(target, **RenamedOptions.rename("Weft::Postgres::Pool.new", options, RENAMED_OPTIONS))
+      end
+
       # @param target [String, Hash, nil] URL, conninfo string or Hash of libpq parameters;
       #   nil means DATABASE_URL (or libpq's PG* environment defaults)
-      # @param size [Integer] connections at most (default: WEFT_PG_POOL_SIZE or 10)
+      # @param limit [Integer] connections at most (default: WEFT_PG_POOL_SIZE or 10); old name:
+      #   size
       # @param pipelining [Boolean] share connections for #query in pipeline mode (needs libpq
       #   14 or newer; off otherwise)
       # @param pipeline_depth [Integer] statements in flight per shared connection, at most
-      # @param checkout_timeout [Numeric, nil] seconds to wait for a connection or a pipeline
-      #   slot before raising PoolTimeout; nil: no limit but the caller's deadline
+      # @param acquire_timeout [Numeric, nil] seconds to wait for a connection or a pipeline
+      #   slot before raising PoolTimeout; nil: no limit but the caller's deadline; old name:
+      #   checkout_timeout
       # @param connect_timeout [Numeric] seconds to wait for the server when connecting
       # @param statement_timeout [Numeric, nil] seconds; the server cancels longer statements
-      # @param max_lifetime [Numeric, nil] seconds after which a connection is closed once free
+      # @param max_age [Numeric, nil] seconds after which a connection is closed once free; old
+      #   name: max_lifetime
       # @param idle_timeout [Numeric, nil] seconds a free connection may stay unused
       # @param application_name [String, nil] shown in pg_stat_activity
       # @param on_connect [#call, nil] called with each new PG::Connection (type maps, SETs)
-      def initialize(target = nil, size: Integer(ENV.fetch("WEFT_PG_POOL_SIZE", 10)), pipelining: true,
-                     pipeline_depth: DEFAULT_PIPELINE_DEPTH, checkout_timeout: 5.0,
+      def initialize(target = nil, limit: Integer(ENV.fetch("WEFT_PG_POOL_SIZE", 10)), pipelining: true,
+                     pipeline_depth: DEFAULT_PIPELINE_DEPTH, acquire_timeout: 5.0,
                      connect_timeout: Settings::DEFAULT_CONNECT_TIMEOUT, statement_timeout: nil,
-                     max_lifetime: nil, idle_timeout: 300, application_name: "weft", on_connect: nil)
-        raise ArgumentError, "size must be a positive Integer" unless size.is_a?(Integer) && size.positive?
+                     max_age: nil, idle_timeout: 300, application_name: "weft", on_connect: nil)
+        raise ArgumentError, "limit must be a positive Integer" unless limit.is_a?(Integer) && limit.positive?
         unless pipeline_depth.is_a?(Integer) && pipeline_depth.positive?
           raise ArgumentError, "pipeline_depth must be a positive Integer"
         end
-        unless checkout_timeout.nil? || (checkout_timeout.is_a?(Numeric) && checkout_timeout.real? &&
-                                         checkout_timeout.finite? && checkout_timeout.positive?)
-          raise ArgumentError, "checkout_timeout must be a positive, finite number of seconds or nil"
+        unless acquire_timeout.nil? || (acquire_timeout.is_a?(Numeric) && acquire_timeout.real? &&
+                                        acquire_timeout.finite? && acquire_timeout.positive?)
+          raise ArgumentError, "acquire_timeout must be a positive, finite number of seconds or nil"
         end
 
         @settings = Settings.new(target, connect_timeout: connect_timeout, statement_timeout: statement_timeout,
                                          application_name: application_name)
-        @size = size
+        @limit = limit
         @pipelining = pipelining && Postgres.pipelining_supported?
         @pipeline_depth = pipeline_depth
-        @checkout_timeout = checkout_timeout
-        @max_lifetime = max_lifetime
+        @acquire_timeout = acquire_timeout
+        @max_age = max_age
         @idle_timeout = idle_timeout
         @on_connect = on_connect
         @closed = false
@@ -120,7 +136,7 @@ module Weft
       # @param params [Array] values for the placeholders (nil is NULL; others are sent as text)
       # @return [PG::Result]
       # @raise [PG::Error] the statement's error, for this caller only
-      # @raise [PoolTimeout] when no connection or pipeline slot frees up within checkout_timeout
+      # @raise [PoolTimeout] when no connection or pipeline slot frees up within acquire_timeout
       # @raise [Weft::DeadlineExceeded] when the caller's deadline passes first
       # @raise [ConnectionError] when the server cannot be reached or the connection is lost
       def query(sql, *params)
@@ -222,7 +238,7 @@ module Weft
         end
       end
 
-      # @return [Hash] counters: size (open + opening), max_size, idle, pinned, shared
+      # @return [Hash] counters: size (open + opening), limit, idle, pinned, shared
       #   (connections carrying pipelined statements), busy (pinned + shared), waiting (callers
       #   waiting for a connection or slot), in_flight (pipelined statements now), max_depth
       #   (most in flight on one connection so far), queries, pipelined, connects, discarded
@@ -232,7 +248,7 @@ module Weft
           shared = @shared.size
           {
             size: @connections.size + @connecting,
-            max_size: @size,
+            limit: @limit,
             idle: @idle.size,
             pinned: pinned,
             shared: shared,
@@ -248,7 +264,7 @@ module Weft
         end
       end
 
-      # Closes free connections that outlived idle_timeout or max_lifetime. The pool does this
+      # Closes free connections that outlived idle_timeout or max_age. The pool does this
       # by itself whenever connections are taken and given back; call it to do it now.
       # @return [void]
       def reap
@@ -271,7 +287,7 @@ module Weft
       end
 
       def inspect
-        "#<#{self.class.name} #{@settings.address} size=#{@size} pipelining=#{@pipelining}>"
+        "#<#{self.class.name} #{@settings.address} limit=#{@limit} pipelining=#{@pipelining}>"
       end
 
       # --- Called by Pipeline, under the lock ---------------------------------------------
@@ -372,7 +388,7 @@ module Weft
       # --- Shared use ---------------------------------------------------------------------------
 
       # A pipeline with a free slot: a free connection if there is one, a new one while below
-      # size, else the least loaded shared connection; waits when all are full.
+      # the limit, else the least loaded shared connection; waits when all are full.
       def shared_pipeline
         deadline = nil
         loop do
@@ -472,10 +488,10 @@ module Weft
         connection.pipeline
       end
 
-      # The deadline a checkout that has to wait runs under: checkout_timeout from now or the
+      # The deadline a checkout that has to wait runs under: acquire_timeout from now or the
       # caller's deadline, whichever comes first (nil: neither, wait as long as it takes).
       def checkout_deadline
-        Deadline.within(@checkout_timeout)
+        Deadline.within(@acquire_timeout)
       end
 
       def least_loaded
@@ -632,10 +648,10 @@ module Weft
       # --- Connections --------------------------------------------------------------------------
 
       def room?
-        @connections.size + @connecting < @size
+        @connections.size + @connecting < @limit
       end
 
-      # Opens a connection with the lock released; counts it toward size meanwhile.
+      # Opens a connection with the lock released; counts it toward the limit meanwhile.
       def open_connection
         @connecting += 1
         connection = nil
@@ -691,7 +707,7 @@ module Weft
       end
 
       def expired?(connection)
-        @max_lifetime && connection.age > @max_lifetime
+        @max_age && connection.age > @max_age
       end
 
       # Free connections are kept oldest-released first.
@@ -713,13 +729,13 @@ module Weft
       end
 
       # A checkout ran out of time: the caller's deadline (DeadlineExceeded, as everywhere
-      # else under it) or the pool's checkout_timeout (PoolTimeout).
+      # else under it) or the pool's acquire_timeout (PoolTimeout).
       def checkout_expired(deadline)
         ambient = Deadline.current
         raise DeadlineExceeded, ambient.message if ambient && ambient.at <= deadline.at
 
-        raise PoolTimeout, "no PostgreSQL connection free within #{@checkout_timeout}s " \
-                           "(pool size #{@size}, #{@pinned.size} pinned, #{@shared.size} shared, " \
+        raise PoolTimeout, "no PostgreSQL connection free within #{@acquire_timeout}s " \
+                           "(pool limit #{@limit}, #{@pinned.size} pinned, #{@shared.size} shared, " \
                            "#{@waiting} waiting)"
       end
     end

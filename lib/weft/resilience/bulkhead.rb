@@ -60,7 +60,7 @@ module Weft
     # Gives a slot back: to the oldest waiter if any, else to the pool.
     def release
       @mutex.synchronize do
-        raise Error, "Bulkhead#release without a matching acquire" if @active.zero?
+        raise UsageError, "Bulkhead#release without a matching acquire" if @active.zero?
         pass_on
       end
       nil

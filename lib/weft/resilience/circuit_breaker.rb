@@ -115,7 +115,7 @@ module Weft
     #   under Weft.deadline(ramp_deadline) (nil: only the caller's deadline). A dependency still
     #   sick then fails its probes fast, and the callers admitted to probe it wait that long at
     #   most, not the whole of their own deadline.
-    # @param failure [Array<Class>, #call] the exceptions that count as failures, or a predicate
+    # @param failure [Array<Class, Module>, #call] the exception classes (or modules: Weft::Error) that count as failures, or a predicate
     #   given the exception (StandardError by default)
     # @param rate_limit [RateLimiter, nil] applied to every admitted call, in every state
     # @param bulkhead [Bulkhead, nil] bounds how many admitted calls run at once
@@ -477,10 +477,16 @@ module Weft
 
     def check_failure(failure)
       return failure if failure.respond_to?(:call)
-      if failure.is_a?(Array) && !failure.empty? && failure.all? { |kind| kind.is_a?(Class) && kind <= Exception }
+      if failure.is_a?(Array) && !failure.empty? && failure.all? { |kind| exception_kind?(kind) }
         return failure.dup.freeze
       end
-      raise ArgumentError, "failure must be a non-empty Array of exception classes or a predicate (got #{failure.inspect})"
+      raise ArgumentError, "failure must be a non-empty Array of exception classes (or modules such as Weft::Error) " \
+                           "or a predicate (got #{failure.inspect})"
+    end
+
+    # An exception class, or a module exception classes include (Weft::Error, Weft::HTTP::Error).
+    def exception_kind?(kind)
+      kind.is_a?(Class) ? kind <= Exception : kind.is_a?(Module)
     end
 
     def check_guard(option, guard, kind)

@@ -6,7 +6,9 @@ module Weft
   # Raised (or handed to a fallback) when a guard refuses a call before it starts: the protected
   # code did not run, so nothing was sent anywhere. Rescue this to treat every kind of refusal
   # alike, e.g. to answer with a degraded result.
-  class Rejected < Error; end
+  class Rejected < StandardError
+    include Error
+  end
 
   # A circuit breaker refused the call: it is open, or it is ramping back up and this call was
   # not among the fraction it lets through.

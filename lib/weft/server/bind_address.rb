@@ -2,6 +2,7 @@
 
 require "socket"
 require "uri"
+require_relative "../errors"
 
 module Weft
   class Server
@@ -17,6 +18,8 @@ module Weft
     class BindAddress
       # A URL the server cannot bind. #reason is the message without the URL.
       class Invalid < ArgumentError
+        include Weft::Error
+
         # @return [String]
         attr_reader :url, :reason
 

@@ -2,6 +2,7 @@
 
 require "etc"
 require_relative "setting_rules"
+require_relative "../errors"
 
 module Weft
   class Server
@@ -17,7 +18,9 @@ module Weft
     class Config
       # A setting the server cannot use, or a config file that cannot be loaded. The message is
       # one line naming the setting (and the file and line, for a config file).
-      class Invalid < ArgumentError; end
+      class Invalid < ArgumentError
+        include Weft::Error
+      end
 
       # name => default. Timeouts are seconds; sizes are bytes.
       DEFAULTS = {

@@ -5,6 +5,7 @@ require "openssl"
 require "weft/http1/parser"
 require_relative "request_body"
 require_relative "response_writer"
+require_relative "../errors"
 
 module Weft
   class Server
@@ -16,9 +17,13 @@ module Weft
     # until none is buffered, then ends after parking the connection.
     class Connection
       # The client went away or broke the connection (EOF, reset, broken pipe).
-      class ClientGone < StandardError; end
+      class ClientGone < StandardError
+        include Weft::Error
+      end
       # The client took too long; answered with 408 when nothing was sent yet.
-      class ClientTimeout < StandardError; end
+      class ClientTimeout < StandardError
+        include Weft::Error
+      end
 
       READ_SIZE = 16_384
       CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"

@@ -2,6 +2,7 @@
 
 require "socket"
 require_relative "bind_address"
+require_relative "../errors"
 
 module Weft
   class Server
@@ -15,7 +16,9 @@ module Weft
     # and, across a hot restart, by the re-executed master (fd numbers passed in WEFT_LISTEN_FDS).
     class Listener
       # The address is valid but the system refused it (in use, permission denied...).
-      class BindError < StandardError; end
+      class BindError < StandardError
+        include Weft::Error
+      end
 
       # @return [String] the URL it was made from
       attr_reader :url

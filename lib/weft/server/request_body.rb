@@ -2,6 +2,7 @@
 
 require "stringio"
 require "tempfile"
+require_relative "../errors"
 
 module Weft
   class Server
@@ -14,7 +15,9 @@ module Weft
     # limit are enforced by the server, not wherever the app happens to read.
     module RequestBody
       # The body is larger than max_body_bytes (413).
-      class TooLarge < StandardError; end
+      class TooLarge < StandardError
+        include Weft::Error
+      end
 
       EMPTY = "".b.freeze
 

@@ -2,6 +2,7 @@
 
 require "rack/utils"
 require_relative "stream"
+require_relative "../errors"
 
 module Weft
   class Server
@@ -14,7 +15,9 @@ module Weft
     # Rack 3 form (lowercase names, Array values) or Rack 2 form (any case, "\n"-joined values).
     module ResponseWriter
       # The app's status or headers cannot be sent (nothing was written yet).
-      class InvalidResponse < StandardError; end
+      class InvalidResponse < StandardError
+        include Weft::Error
+      end
 
       STATUS_LINES = Hash.new do |lines, status|
         reason = Rack::Utils::HTTP_STATUS_CODES[status] || "Status #{status}"

@@ -26,7 +26,7 @@ module Ringpool
     # @param settings [Settings]
     def initialize(settings)
       @settings = settings
-      @db = Weft::Postgres::Pool.new(settings.database_url, size: settings.db_pool_size, application_name: "ringpool")
+      @db = Weft::Postgres::Pool.new(settings.database_url, limit: settings.db_pool_size, application_name: "ringpool")
       @store = Store.new(@db)
       @catalog = Catalog.new(@store)
       @allocator = Allocator.new(@store)

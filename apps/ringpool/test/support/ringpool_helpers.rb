@@ -18,8 +18,8 @@ module Ringpool
       end
 
       # Runs the block in a reactor with a pool on `url`, closed afterwards.
-      def with_db(url, size: 4)
-        db = Weft::Postgres::Pool.new(url, size: size)
+      def with_db(url, limit: 4)
+        db = Weft::Postgres::Pool.new(url, limit: limit)
         Weft.run { yield db }
       ensure
         db&.close
