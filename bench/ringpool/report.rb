@@ -288,8 +288,10 @@ module RingpoolBench
       <<~TEXT.strip
         ## Not measured here
 
-        - The fault scenarios (a shard `SIGSTOP`ped, PostgreSQL restarted) and where the time goes
-          (a profile).
+        - The fault scenarios (a shard `SIGSTOP`ped, PostgreSQL restarted): `bench/ringpool/run --faults`,
+          [ringpool-faults.md](ringpool-faults.md).
+        - Where the time goes: [ringpool-notes.md](ringpool-notes.md) (hand-written from a run like this one,
+          with `pg_stat_activity` samples); no Ruby profile yet.
         - Long steps and a quiet machine: the defaults measure #{@config.step} s per rate, on a shared machine.
       TEXT
     end

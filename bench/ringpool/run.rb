@@ -515,7 +515,12 @@ end
 
 if $PROGRAM_NAME == __FILE__
   begin
-    RingpoolBench.run
+    if ARGV.include?("--faults")
+      require_relative "faults"
+      RingpoolBench::Faults.run
+    else
+      RingpoolBench.run
+    end
   rescue ArgumentError => e
     abort "ringpool: #{e.message}"
   end
