@@ -52,19 +52,12 @@ module RingpoolBench
 
     # @return [Array<Outcome>] one per scenario
     def run_server(config, settings, name, cluster)
-      rng = Random.new(config.seed)
-      database_url = cluster.create_database("ringpool_#{name}")
-      server = Server.new(name, database_url: database_url, shards: config.shards, dir: File.join(TMP, name))
-      warn "ringpool faults: starting #{name}"
-      server.start
-      pools = RingpoolBench.seed_pools(config, server.port, rng)
-      RingpoolBench.await_ownership(database_url, config.pools, config.shards)
-      bodies = File.join(TMP, name, "bodies.txt")
-      RingpoolBench.write_bodies(bodies, config, pools, rng)
+      prepared = RingpoolBench.prepare_server(config, name, cluster)
+      server = prepared.server
       jmeter = JMeter.new(File.join(TMP, "launcher"))
       SCENARIOS.map do |scenario|
-        outcome = run_scenario(config, settings, scenario, server, cluster, jmeter, bodies)
-        outcome.doubles = doubles(database_url)
+        outcome = run_scenario(config, settings, scenario, server, cluster, jmeter, prepared.bodies)
+        outcome.doubles = doubles(prepared.database_url)
         warn "ringpool faults: #{name} #{scenario}: #{outcome.samples.size} requests, #{outcome.doubles} double allocations"
         outcome
       end

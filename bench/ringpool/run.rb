@@ -342,10 +342,14 @@ module RingpoolBench
     cluster&.destroy
   end
 
-  # One server's part: a fresh database, the server, the same pools and bodies as the others
-  # (the same seed), then every rate until one breaks.
-  # @return [(Array, LoadReport::ServerRun)] the pools, and the server's results
-  def run_server(config, name, cluster, postmaster)
+  # A server of SERVERS running on a fresh database, seeded with the run's pools, and its
+  # request bodies.
+  Prepared = Struct.new(:server, :database_url, :pools, :seeding, :ownership, :bodies)
+
+  # Starts `name` on a database of its own and seeds it as every other server's (the same seed,
+  # so the same pools and bodies).
+  # @return [Prepared] the server is running: stop it
+  def prepare_server(config, name, cluster)
     rng = Random.new(config.seed)
     database_url = cluster.create_database("ringpool_#{name}")
     server = Server.new(name, database_url: database_url, shards: config.shards, dir: File.join(TMP, name))
@@ -359,6 +363,18 @@ module RingpoolBench
                 ownership.values.sort.inspect)
     bodies = File.join(TMP, name, "bodies.txt")
     write_bodies(bodies, config, pools, rng)
+    Prepared.new(server, database_url, pools, seeding, ownership, bodies)
+  rescue StandardError
+    server&.stop
+    raise
+  end
+
+  # One server's part: prepared as the others, then every rate until one breaks.
+  # @return [(Array, LoadReport::ServerRun)] the pools, and the server's results
+  def run_server(config, name, cluster, postmaster)
+    prepared = prepare_server(config, name, cluster)
+    server = prepared.server
+    bodies = prepared.bodies
     jmeter = JMeter.new(File.join(TMP, "launcher"))
     steps = []
     rate = nil
@@ -371,7 +387,7 @@ module RingpoolBench
       warn "ringpool: #{name}: #{step.summary}"
       break if step.broken?(config)
     end
-    [pools, LoadReport::ServerRun.new(name, server, steps, seeding, ownership)]
+    [prepared.pools, LoadReport::ServerRun.new(name, server, steps, prepared.seeding, prepared.ownership)]
   ensure
     server&.stop
   end

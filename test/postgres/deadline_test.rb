@@ -13,20 +13,11 @@ class PostgresDeadlineTest < Minitest::Test
   # nothing the pool does (a cancel request takes tens of milliseconds) may add to it.
   LATE = 0.05
 
-  def setup
-    @pools = []
-    @proxy = nil
-    @monitor = PG.connect(postgres.conninfo)
-  end
+  include Weft::Test::PostgresPools
 
   def teardown
-    @pools.each(&:close)
     @proxy&.close
-    @monitor&.close
-  end
-
-  def pool(**options)
-    Weft::Postgres::Pool.new(postgres.url, **options).tap { |created| @pools << created }
+    super
   end
 
   # A pool whose connections (and cancel requests) go through a HoldingProxy.
@@ -36,34 +27,10 @@ class PostgresDeadlineTest < Minitest::Test
     Weft::Postgres::Pool.new(url, **options).tap { |created| @pools << created }
   end
 
-  def reactor(seconds = 20, &block)
-    Weft.run { Weft.timeout(seconds, &block) }
-  end
-
-  def now
-    Weft::Timers.now
-  end
-
 
   def assert_deadline_error(outcome, took, deadline)
     assert_kind_of Weft::DeadlineExceeded, outcome
     assert_operator took, :<, deadline + LATE, "the caller got its error #{took - deadline}s after its deadline"
-  end
-
-  # Statements running on the server whose text contains `tag` (the tag travels as a
-  # parameter, so this query does not find itself).
-  def active(tag)
-    @monitor.exec_params(<<~SQL, [tag]).getvalue(0, 0).to_i
-      select count(*) from pg_stat_activity
-       where state = 'active' and pid <> pg_backend_pid() and position($1 in query) > 0
-    SQL
-  end
-
-  # Polls until no statement with `tag` runs on the server; fails after `within` seconds.
-  def assert_gone_from_server(tag, within: 1.0)
-    started = now
-    sleep 0.01 while active(tag).positive? && now - started < within
-    assert_equal 0, active(tag), "a statement tagged #{tag} still runs on the server after #{within}s"
   end
 
   def assert_pool_serves_many_fibers(db)

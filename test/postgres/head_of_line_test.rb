@@ -11,42 +11,8 @@ class PostgresHeadOfLineTest < Minitest::Test
   # How late after its timeout a caller may get the error (a loaded machine: generous).
   LATE = 0.3
 
-  def setup
-    @pools = []
-    @monitor = PG.connect(postgres.conninfo)
-  end
+  include Weft::Test::PostgresPools
 
-  def teardown
-    @pools.each(&:close)
-    @monitor&.close
-  end
-
-  def pool(target: postgres.url, **options)
-    Weft::Postgres::Pool.new(target, **options).tap { |created| @pools << created }
-  end
-
-  def reactor(seconds = 30, &block)
-    Weft.run { Weft.timeout(seconds, &block) }
-  end
-
-  def now
-    Weft::Timers.now
-  end
-
-  # Statements running on the server whose text contains `tag` (passed as a parameter, so this
-  # query does not count itself).
-  def active(tag)
-    @monitor.exec_params(<<~SQL, [tag]).getvalue(0, 0).to_i
-      select count(*) from pg_stat_activity
-       where state = 'active' and pid <> pg_backend_pid() and position($1 in query) > 0
-    SQL
-  end
-
-  def assert_gone_from_server(tag, within: 2.0)
-    started = now
-    sleep 0.02 while active(tag).positive? && now - started < within
-    assert_equal 0, active(tag), "a statement tagged #{tag} still runs on the server after #{within}s"
-  end
 
   # Fills the only connection with a statement running alone, so that the statements spawned
   # next wait and then go down one pipeline together, in spawn order.
@@ -92,7 +58,7 @@ class PostgresHeadOfLineTest < Minitest::Test
       assert_operator db.statistics[:max_depth], :>=, 21, "the statements were not pipelined together"
     end
     assert_equal "after", db.query("select 'after'").getvalue(0, 0)
-    assert_gone_from_server(tag)
+    assert_gone_from_server(tag, within: 2.0)
     [took, total]
   end
 
@@ -191,7 +157,7 @@ class PostgresHeadOfLineTest < Minitest::Test
         finished.count { |at| at >= started + (w * 0.5) && at < started + ((w + 1) * 0.5) }
       end
       assert_operator windows.min, :>, 0, "half a second with no statement finished: #{windows.inspect}"
-      assert_gone_from_server("hol-storm")
+      assert_gone_from_server("hol-storm", within: 2.0)
       assert_equal "after", db.query("select 'after'").getvalue(0, 0)
       puts "statements per 0.5 s: #{windows.inspect}" if ENV["VERBOSE_BENCH"]
     end

@@ -6,22 +6,7 @@ require "weft/postgres"
 # Weft::Postgres::Pool against the shared throwaway cluster: results, pipelining across
 # fibers, per-caller errors, ordering, the depth bound, pins, transactions, timeouts.
 class PostgresPoolTest < Minitest::Test
-  def setup
-    @pools = []
-  end
-
-  def teardown
-    @pools.each(&:close)
-  end
-
-  def pool(**options)
-    Weft::Postgres::Pool.new(postgres.url, **options).tap { |created| @pools << created }
-  end
-
-  # Runs the block in a reactor with a deadline, so a hang fails fast.
-  def reactor(seconds = 20, &block)
-    Weft.run { Weft.timeout(seconds, &block) }
-  end
+  include Weft::Test::PostgresPools
 
   def test_query_returns_a_result_with_parameters_and_nulls
     db = pool(limit: 2)

@@ -8,21 +8,7 @@ require "weft/postgres"
 # failure undoes everything. Checked by the rows left in a table, and by the connection being
 # idle (no transaction, no savepoint) when the pool hands it out again.
 class PostgresSavepointTest < Minitest::Test
-  def setup
-    @pools = []
-  end
-
-  def teardown
-    @pools.each(&:close)
-  end
-
-  def pool(**options)
-    Weft::Postgres::Pool.new(postgres.url, **options).tap { |created| @pools << created }
-  end
-
-  def reactor(seconds = 30, &block)
-    Weft.run { Weft.timeout(seconds, &block) }
-  end
+  include Weft::Test::PostgresPools
 
   # A fresh table for this test; returns a lambda that lists its values in order.
   def table(db, name)

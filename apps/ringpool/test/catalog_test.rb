@@ -62,3 +62,56 @@ class RingpoolCatalogTest < Minitest::Test
     assert_equal [5], @catalog.ids
   end
 end
+
+# The snapshot file: written when a refresh learns pools, read by a shard that starts while
+# PostgreSQL is unreachable, replaced by PostgreSQL's answer once it is back.
+class RingpoolCatalogSnapshotTest < Minitest::Test
+  def pool(id, overflow = "+1555000#{id.to_s.rjust(4, '0')}")
+    Ringpool::RingPool.new(id: id, overflow_number: overflow, lockout_seconds: 60)
+  end
+
+  # pools(after:) from a list; raises like an unreachable PostgreSQL when down.
+  class Store
+    attr_accessor :pools_list, :down
+
+    def pools(after: 0, ids: nil)
+      raise PG::ConnectionBad, "down" if down
+      pools_list.select { |pool| pool.id > after && (ids.nil? || ids.include?(pool.id)) }
+    end
+  end
+
+  def test_a_new_shard_knows_the_pools_while_postgresql_is_down
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "catalog.json")
+      store = Store.new
+      store.pools_list = [pool(1), pool(2)]
+      Ringpool::Catalog.new(store, snapshot: path).refresh
+      assert File.exist?(path)
+
+      store.down = true
+      replaced = Ringpool::Catalog.new(store, snapshot: path)
+      assert_equal 2, replaced.load_snapshot
+      assert_equal "+15550000002", replaced[2].overflow_number
+      assert_raises(PG::ConnectionBad) { replaced.refresh }
+      assert_equal [1, 2], replaced.ids.sort
+
+      # Back up, and PostgreSQL says otherwise about pool 2 (a snapshot of an older database):
+      # its answer wins, and is written.
+      store.down = false
+      store.pools_list = [pool(1), pool(2, "+15559999999"), pool(3)]
+      replaced.refresh
+      assert_equal "+15559999999", replaced[2].overflow_number
+      assert_equal [1, 2, 3], JSON.parse(File.read(path)).map(&:first).sort
+    end
+  end
+
+  def test_a_bad_snapshot_is_ignored
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "catalog.json")
+      File.write(path, "{not json")
+      assert_equal 0, Ringpool::Catalog.new(Store.new, snapshot: path).load_snapshot
+      File.write(path, '[["x", "+1", 1]]')
+      assert_equal 0, Ringpool::Catalog.new(Store.new, snapshot: path).load_snapshot
+    end
+  end
+end

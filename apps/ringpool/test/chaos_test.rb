@@ -147,8 +147,9 @@ class RingpoolChaosTest < Minitest::Test
           assert_equal pools.fetch(item["ring_pool"])["overflow_number"], answer["number"]
           reasons[answer.fetch("reason")] += 1
         elsif answer["error"]
-          # A shard replaced while PostgreSQL was down starts with no catalog: it cannot even
-          # name the pool's overflow number, and says so. Nothing is handed out.
+          # A shard replaced while PostgreSQL was down knows the pools from the catalog snapshot
+          # (Catalog); a pool the snapshot does not have yet (none written so far) it cannot
+          # name the overflow number of, and says so. Nothing is handed out.
           assert_equal "storage_unavailable", answer["error"], answer.inspect
           reasons["error: storage_unavailable (pool unknown to a new shard)"] += 1
         else

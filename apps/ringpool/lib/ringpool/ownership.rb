@@ -32,6 +32,11 @@ module Ringpool
     # Seconds a use of the lock session may take before the session is given up: long enough
     # for a busy machine, short enough to notice a PostgreSQL that stopped answering.
     SESSION_TIMEOUT = 3
+    # Pools claimed in one tick at most. Taking a pool over loads its numbers' lockouts and builds
+    # its state; a shard claiming a thousand pools at once (after PostgreSQL restarted, all of
+    # them) could not do it within SESSION_TIMEOUT on a busy process, and a tick that times out
+    # drops everything it claimed: it would never catch up. In steps, it does.
+    CLAIM_PER_TICK = 250
 
     ROUTES = <<~SQL
       select l.objid::bigint as ring_pool_id, s.url
@@ -139,7 +144,7 @@ module Ringpool
           give_away(conn, mine.sample(mine.size - fair), routes)
         elsif mine.size < fair
           orphans = @catalog.ids - routes.keys
-          claim(conn, orphans.shuffle, fair - mine.size, routes) unless orphans.empty?
+          claim(conn, orphans.shuffle, [fair - mine.size, CLAIM_PER_TICK].min, routes) unless orphans.empty?
         end
         @routes = routes
         @unowned = {}

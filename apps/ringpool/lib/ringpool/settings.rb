@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "digest"
 require "tmpdir"
 require "weft/resilience"
 
@@ -87,6 +88,13 @@ module Ringpool
       return "unix://#{File.join(@socket_dir, "shard-#{index}.sock")}" unless @peer_address
       host, port = @peer_address
       "http://#{host.include?(':') ? "[#{host}]" : host}:#{port + index}"
+    end
+
+    # Where the shards keep their catalog snapshot (Catalog): in the socket folder, named after
+    # the database URL, so that shards of another database sharing the folder keep theirs apart.
+    # @return [String]
+    def catalog_snapshot
+      File.join(@socket_dir, "catalog-#{Digest::SHA256.hexdigest(@database_url)[0, 16]}.json")
     end
 
     # What the peer listener of the shard at `url` binds (a Weft server bind address).

@@ -28,7 +28,7 @@ module Ringpool
       @settings = settings
       @db = Weft::Postgres::Pool.new(settings.database_url, limit: settings.db_pool_size, application_name: "ringpool")
       @store = Store.new(@db)
-      @catalog = Catalog.new(@store)
+      @catalog = Catalog.new(@store, snapshot: settings.catalog_snapshot)
       @allocator = Allocator.new(@store)
       @fan_out = FanOut.new(breaker: settings.breaker)
       @overflows = OverflowCounter.new
@@ -54,6 +54,7 @@ module Ringpool
                                  allocator: @allocator, interval: @settings.ownership_interval,
                                  on_shards: @fan_out.method(:shards_seen))
       FileUtils.mkdir_p(File.dirname(URI.parse(url).path)) if url.start_with?("unix:")
+      @catalog.load_snapshot
       peer = Weft::Server.new(PeerAPI.new(self), binds: [Settings.peer_bind(url)], shutdown_timeout: 5)
       Weft.spawn(detached: true, name: "ringpool peer listener") { peer.run }
       loop do
