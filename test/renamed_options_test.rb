@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "test_helper"
+require_relative "test_helper"
 require "weft/pool"
 require "weft/renamed_options"
 require "open3"

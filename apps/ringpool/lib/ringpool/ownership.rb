@@ -32,11 +32,13 @@ module Ringpool
     # Seconds a use of the lock session may take before the session is given up: long enough
     # for a busy machine, short enough to notice a PostgreSQL that stopped answering.
     SESSION_TIMEOUT = 3
-    # Pools claimed in one tick at most. Taking a pool over loads its numbers' lockouts and builds
-    # its state; a shard claiming a thousand pools at once (after PostgreSQL restarted, all of
-    # them) could not do it within SESSION_TIMEOUT on a busy process, and a tick that times out
-    # drops everything it claimed: it would never catch up. In steps, it does.
-    CLAIM_PER_TICK = 250
+    # Taking a pool over loads its numbers' lockouts and builds its state. A shard claiming a
+    # thousand pools at once (after PostgreSQL restarted, all of them) cannot do that within
+    # SESSION_TIMEOUT on a busy process, and a tick that times out drops everything it claimed:
+    # it would never catch up. So a tick claims CLAIM_CHUNK pools at a time, and starts no new
+    # chunk once CLAIM_BUDGET seconds have gone; the next tick goes on.
+    CLAIM_CHUNK = 25
+    CLAIM_BUDGET = 1.0
 
     ROUTES = <<~SQL
       select l.objid::bigint as ring_pool_id, s.url
@@ -143,8 +145,7 @@ module Ringpool
         if mine.size > fair
           give_away(conn, mine.sample(mine.size - fair), routes)
         elsif mine.size < fair
-          orphans = @catalog.ids - routes.keys
-          claim(conn, orphans.shuffle, [fair - mine.size, CLAIM_PER_TICK].min, routes) unless orphans.empty?
+          claim_share(conn, (@catalog.ids - routes.keys).shuffle, fair - mine.size, routes)
         end
         @routes = routes
         @unowned = {}
@@ -212,6 +213,18 @@ module Ringpool
     # @return [Hash{Integer => String}] pool id => owner URL
     def read_routes(conn)
       conn.exec_params(ROUTES, [LOCK_CLASS]).to_h { |row| [Integer(row["ring_pool_id"]), row["url"]] }
+    end
+
+    # Claims up to `wanted` of `orphans`, a chunk at a time, within CLAIM_BUDGET.
+    def claim_share(conn, orphans, wanted, routes)
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      until orphans.empty? || wanted <= 0
+        claimed = claim(conn, orphans, [wanted, CLAIM_CHUNK].min, routes)
+        break if claimed.empty? # the rest are locked by others
+        wanted -= claimed.size
+        orphans -= claimed
+        break if Process.clock_gettime(Process::CLOCK_MONOTONIC) - started > CLAIM_BUDGET
+      end
     end
 
     # Tries to lock up to `count` of `ids` and takes over those it got.

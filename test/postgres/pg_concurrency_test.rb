@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
+require_relative "../test_helper"
 require "pg"
 
 # The core alone (no Weft::Postgres) makes plain `pg` connections concurrent: pg >= 1.3 waits
