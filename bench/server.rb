@@ -23,6 +23,7 @@ ROOT = File.expand_path("..", __dir__)
 $LOAD_PATH.unshift(File.join(ROOT, "lib"), File.join(ROOT, "test"))
 require "weft/version"
 require "support/postgres_cluster"
+require_relative "support/ports"
 
 module ServerBench
   APP = File.join(ROOT, "bench/server/app.ru")
@@ -94,7 +95,7 @@ module ServerBench
   def with_servers(names)
     running = {}
     names.each do |name|
-      port = free_port
+      port = Bench.free_port
       pid = Process.spawn(*SERVERS.fetch(name).call(port), chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
       running[name] = [port, pid]
       wait_until_serving(port, pid)
@@ -114,12 +115,6 @@ module ServerBench
     nil
   end
 
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
 
   def wait_until_serving(port, pid)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30

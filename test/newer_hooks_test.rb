@@ -3,8 +3,8 @@
 require_relative "test_helper"
 
 # The scheduler hooks newer Rubies add, under Weft: each test skips where its hook does not
-# exist (the suite runs on 3.1 in CI; `bin/test --ruby 3.3` runs them). IO#timeout and
-# IO#pread/#pwrite are not here: under Weft on 3.3.8 both hang (found 2026-11-24, not fixed yet).
+# exist (CI runs the suite on 3.1 and on 3.3). IO#pread/#pwrite are not here: under Weft on
+# 3.3.8 they hang the process (found 2026-11-24, not fixed yet).
 class NewerHooksTest < Minitest::Test
   def test_io_select_waits_without_blocking_the_other_tasks
     skip "IO.select reaches the scheduler from Ruby 3.2" if RUBY_VERSION < "3.2"
@@ -25,5 +25,50 @@ class NewerHooksTest < Minitest::Test
     assert_equal [nil] * 9, results.drop(1)
   ensure
     pipes&.flatten&.each(&:close)
+  end
+
+  # IO#timeout bounds a read as it does without a scheduler: IO::TimeoutError when nothing
+  # comes in time (Ruby 3.3 waits with no timeout and then fails with EAGAIN unless the
+  # scheduler does the waiting), the data when it comes first, and other tasks run meanwhile.
+  def test_io_timeout_raises_io_timeout_error_and_lets_data_through
+    skip "IO#timeout exists from Ruby 3.2" unless IO.method_defined?(:timeout)
+    pipes = Array.new(10) { IO.pipe }
+    pipes.each { |reader, _| reader.timeout = 0.5 }
+    results, seconds = timed do
+      Weft.run do
+        reads = pipes.each_with_index.map do |(reader, _), index|
+          Weft.spawn do
+            index.even? ? reader.read(1) : reader.gets
+          rescue IO::TimeoutError => e
+            e
+          end
+        end
+        Weft.spawn do
+          sleep 0.1
+          pipes.first.last.write("x")
+        end.wait
+        reads.map(&:wait)
+      end
+    end
+    assert_operator seconds, :<, 2, "ten reads with a 0.5 s IO#timeout did not overlap, or did not end"
+    assert_equal "x", results.first
+    assert(results.drop(1).all?(IO::TimeoutError), results.inspect)
+  ensure
+    pipes&.flatten&.each(&:close)
+  end
+
+  # A wait with no timeout of its own (IO#wait_readable) ends at the IO's timeout with nil, as
+  # without a scheduler.
+  def test_wait_readable_ends_at_the_io_timeout
+    skip "IO#timeout exists from Ruby 3.2" unless IO.method_defined?(:timeout)
+    require "io/wait"
+    reader, writer = IO.pipe
+    reader.timeout = 0.3
+    result, seconds = timed { Weft.run { Weft.timeout(5) { reader.wait_readable } } }
+    assert_nil result
+    assert_in_delta 0.3, seconds, 0.25
+  ensure
+    reader&.close
+    writer&.close
   end
 end

@@ -7,6 +7,7 @@ require "openssl"
 require "socket"
 require "tmpdir"
 require "fileutils"
+require_relative "../support/ports"
 
 module Bench
   ROOT = File.expand_path("../..", __dir__)
@@ -18,12 +19,6 @@ module Bench
     Process.clock_gettime(Process::CLOCK_MONOTONIC)
   end
 
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
 
   # A CA and a certificate for 127.0.0.1/localhost, written to TMP.
   # @return [Hash] :ca_file, :cert_file, :key_file

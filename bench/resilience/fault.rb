@@ -30,6 +30,7 @@ require "rbconfig"
 require "timeout"
 require_relative "../../lib/weft/http"
 require_relative "fault_report"
+require_relative "../support/ports"
 
 module FaultBench
   ROOT = File.expand_path("../..", __dir__)
@@ -165,12 +166,6 @@ module FaultBench
       [fields.sum - idle, fields.sum]
     end
 
-    def free_port
-      server = TCPServer.new("127.0.0.1", 0)
-      server.addr[1]
-    ensure
-      server&.close
-    end
   end
 
   # One variant's run: processes up, fault set, load, results collected, processes down.
@@ -252,7 +247,7 @@ module FaultBench
         [Processes.serve("bench/resilience/fault_shard.ru", "unix://#{socket}", log, {}), log]
       end
       @pids.concat(shard_pids.map(&:first))
-      @port = Processes.free_port
+      @port = Bench.free_port
       env = { "FAULT_VARIANT" => @variant, "FAULT_SHARDS" => sockets.join(","), "FAULT_DEADLINE" => @config.deadline.to_s,
               "FAULT_BREAKER" => JSON.generate(BREAKERS.fetch(@variant)) }
       app_log = File.join(@dir, "app.log")

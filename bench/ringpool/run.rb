@@ -43,6 +43,7 @@ require_relative "../../test/support/postgres_cluster"
 require_relative "procfs"
 require_relative "jmeter"
 require_relative "report"
+require_relative "../support/ports"
 
 module RingpoolBench
   ROOT = File.expand_path("../..", __dir__)
@@ -120,7 +121,7 @@ module RingpoolBench
     # Starts the server and waits until it answers GET /health.
     # @raise [RuntimeError] when it exits or does not answer within 60 s (with its log's tail)
     def start
-      @port = RingpoolBench.free_port
+      @port = Bench.free_port
       FileUtils.mkdir_p(@dir)
       @log = File.join(@dir, "server.log")
       env = { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{@port}",
@@ -212,12 +213,6 @@ module RingpoolBench
     Process.clock_gettime(Process::CLOCK_MONOTONIC)
   end
 
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
 
   # Creates the pools through the API, a few requests at a time.
   # @return [Array<Array(Integer, Integer)>] [pool id, size] per pool

@@ -23,6 +23,7 @@ require "tmpdir"
 
 ROOT = File.expand_path("../..", __dir__)
 require_relative "../support/report"
+require_relative "../support/ports"
 
 module ConnectionBurst
   COUNT = Integer(ENV.fetch("BURST", "10000"))
@@ -55,7 +56,7 @@ module ConnectionBurst
     Dir.mktmpdir do |tmp|
       config = File.join(tmp, "weft.rb")
       File.write(config, "backlog 4096\nmax_connections 20_000\nstats_path \"/stats\"\n")
-      port = free_port
+      port = Bench.free_port
       log = File.join(tmp, "server.log")
       # Each checkout runs with its own bundle, so that its lib (not this one's) is loaded.
       env = { "RACK_ENV" => "production", "BUNDLE_GEMFILE" => File.join(dir, "Gemfile") }
@@ -127,12 +128,6 @@ module ConnectionBurst
     format("%.1f MB", kb / 1024.0)
   end
 
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
 
   def wait_until_serving(port, pid, log)
     deadline = now + 20

@@ -22,6 +22,9 @@ module Weft
   # A scheduler belongs to one thread. Only #unblock (Ruby calls it when, say, a thread pushes
   # to a Queue that a task is popping) and #wake_from_any_thread may be called from another.
   class Scheduler
+    # Whether IOs have IO#timeout (Ruby 3.2+).
+    IO_TIMEOUTS = IO.method_defined?(:timeout)
+
     # What a fiber parked by Ruby itself (sleep, Mutex, Queue, ConditionVariable...) waits for.
     RUBY_WAIT = :ruby
 
@@ -251,6 +254,10 @@ module Weft
     # socket method.
     # @return [Integer, false] the ready events, or false on timeout
     def io_wait(io, events, timeout = nil)
+      # With no timeout of its own, a wait is bounded by the IO's IO#timeout (Ruby 3.2+), as
+      # Ruby bounds it without a scheduler: Ruby 3.3 passes nil here after a read that found
+      # nothing, and raises IO::TimeoutError itself when this returns false.
+      timeout = io.timeout if timeout.nil? && IO_TIMEOUTS
       fiber = Fiber.current
       # The fiber is parked inside the selector; transferring false into it ends that wait
       # (io-event removes the registration on the way out).
@@ -269,7 +276,7 @@ module Weft
           timeout = io.timeout
           return @selector.io_read(Fiber.current, io, buffer, length, offset) unless timeout
           timeout_after(timeout, ::IO::TimeoutError, "Blocking operation timed out!") do
-            @selector.io_read(Fiber.current, io, buffer, length, offset)
+            read_within_timeout(io, buffer, length, offset)
           end
         end
 
@@ -441,6 +448,19 @@ module Weft
     end
 
     private
+
+    # Ruby 3.3 asks for a read of at least 0 bytes (whatever is there) and, when nothing is,
+    # waits by itself, with no timeout, and then fails with EAGAIN rather than IO::TimeoutError.
+    # So the waiting is done here, inside the IO's timeout, until something (or the end) comes.
+    def read_within_timeout(io, buffer, length, offset)
+      fiber = Fiber.current
+      loop do
+        result = @selector.io_read(fiber, io, buffer, length, offset)
+        return result unless length.zero? && result == -Errno::EAGAIN::Errno
+
+        @selector.io_wait(fiber, io, ::IO::READABLE)
+      end
+    end
 
     def register(parent, name, args, block, deadline)
       task = Task.new(self, parent, name, args, block, deadline)
