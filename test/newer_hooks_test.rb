@@ -3,8 +3,7 @@
 require_relative "test_helper"
 
 # The scheduler hooks newer Rubies add, under Weft: each test skips where its hook does not
-# exist (CI runs the suite on 3.1 and on 3.3). IO#pread/#pwrite are not here: under Weft on
-# 3.3.8 they hang the process (found 2026-11-24, not fixed yet).
+# exist (CI runs the suite on 3.1 and on 3.3).
 class NewerHooksTest < Minitest::Test
   def test_io_select_waits_without_blocking_the_other_tasks
     skip "IO.select reaches the scheduler from Ruby 3.2" if RUBY_VERSION < "3.2"
@@ -70,5 +69,29 @@ class NewerHooksTest < Minitest::Test
   ensure
     reader&.close
     writer&.close
+  end
+
+  # IO#pwrite and #pread from several tasks: each gets its own bytes back. Run in a child
+  # process, because the way this once failed was a hang of the whole process.
+  def test_pwrite_and_pread_from_several_tasks
+    skip "IO#pread/#pwrite reach the scheduler from Ruby 3.3" if RUBY_VERSION < "3.3"
+    script = <<~RUBY
+      require "weft"
+      require "tempfile"
+      file = Tempfile.new("weft-pwrite")
+      values = Weft.run do
+        Array.new(5) { |i| Weft.spawn { file.pwrite(i.to_s * 10, i * 10); file.pread(10, i * 10) } }.map(&:wait)
+      end
+      print values.join(",")
+    RUBY
+    output = IO.popen([RbConfig.ruby, "-I", File.expand_path("../lib", __dir__), "-e", script], err: %i[child out]) do |child|
+      if child.wait_readable(20)
+        child.read
+      else
+        Process.kill(:KILL, child.pid)
+        flunk "pwrite/pread under Weft hung for 20 s"
+      end
+    end
+    assert_equal Array.new(5) { |i| i.to_s * 10 }.join(","), output
   end
 end

@@ -299,14 +299,16 @@ module Weft
     end
 
     if RUBY_VERSION >= "3.3"
-      # Ruby 3.3 routes IO#pread/#pwrite here. File reads do not block in the readiness sense,
-      # so the work runs on a helper thread while the fiber waits.
+      # Ruby 3.3 routes IO#pread/#pwrite here. They run in the caller's thread, in a blocking
+      # fiber (so they do not come back here): the reactor waits for the file, as it does on
+      # Rubies without these hooks. On a helper thread, as IO.select runs, Ruby 3.3.8 hangs the
+      # whole process once a pwrite and a pread meet (found 2026-11-24, cause not found).
       def io_pread(io, buffer, from, length, offset)
-        run_blocking { buffer.pread(io, from, length, offset) }
+        Fiber.blocking { buffer.pread(io, from, length, offset) }
       end
 
       def io_pwrite(io, buffer, from, length, offset)
-        run_blocking { buffer.pwrite(io, from, length, offset) }
+        Fiber.blocking { buffer.pwrite(io, from, length, offset) }
       end
     end
 
