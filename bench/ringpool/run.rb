@@ -26,7 +26,7 @@
 #   RATES=25,50,100,150,200,250,500,1000,1500,2000  STEP_UP=500  MAX_RATE=4000  STEP=10  WARMUP=5
 #   HEADROOM=0.5 (seconds of latency JMeter's threads absorb: threads = rate × HEADROOM)
 #   POOLS=2000  SIZES=2-500  LOCKOUT=1  ITEMS=40  BODIES=5000  SEED=1
-#   SHARDS=<cores>  SERVERS=weft,puma,falcon  PUMA_THREADS=16  BREAK_P90=1.0  TIMEOUT_MS=5000
+#   SHARDS=<cores>  SERVERS=weft,puma,falcon  PUMA_THREADS=32  BREAK_P90=1.0  TIMEOUT_MS=5000
 #   OUT=bench/results/ringpool.md
 #   RINGPOOL_* settings (e.g. RINGPOOL_DEADLINE_MS) pass through to the app.
 require "bundler/setup"
@@ -115,7 +115,7 @@ module RingpoolBench
       @database_url = database_url
       @shards = shards
       @dir = dir
-      @threads = Integer(ENV.fetch("PUMA_THREADS", "16"))
+      @threads = Integer(ENV.fetch("PUMA_THREADS", "32"))
     end
 
     # Starts the server and waits until it answers GET /health.
