@@ -33,8 +33,10 @@ module Ringpool
     # Starts the reactor thread of this process unless it runs.
     # @return [self]
     def start
+      # Every request calls this: the common case, a running thread of this process, takes no lock.
+      return self if running?
       @lock.synchronize do
-        next if @pid == Process.pid && @thread&.alive?
+        next if running?
         @pid = Process.pid
         @jobs = Thread::Queue.new
         @thread = Thread.new(@jobs) { |jobs| serve(jobs) }
@@ -55,6 +57,10 @@ module Ringpool
     end
 
     private
+
+    def running?
+      @pid == Process.pid && @thread&.alive?
+    end
 
     def serve(jobs)
       Weft.run do
