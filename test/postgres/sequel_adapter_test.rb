@@ -151,6 +151,29 @@ class PostgresSequelAdapterTest < Minitest::Test
     assert_operator stats[:connects], :<=, 5
   end
 
+  # Weft.deadline bounds a transaction: the statement it interrupts is cancelled on the server,
+  # so the rollback does not wait for it, and the connection goes back to the pool clean.
+  def test_a_deadline_inside_a_transaction_cancels_the_statement_and_rolls_back
+    db = sequel(limit: 2)
+    db.create_table!(:sq_deadline) { Integer :v }
+    reactor do
+      started = now
+      assert_raises(Weft::DeadlineExceeded) do
+        Weft.deadline(0.2) do
+          db.transaction do
+            db[:sq_deadline].insert(v: 1)
+            db.get(Sequel.lit("pg_sleep(5) /* sq_deadline_sleep */"))
+          end
+        end
+      end
+      assert_operator now - started, :<, 2.0, "the rollback waited for the statement"
+      assert_gone_from_server("sq_deadline_sleep")
+      assert_equal 0, db[:sq_deadline].count
+      stats = db.weft_pool.statistics
+      assert_equal [0, 0], stats.values_at(:pinned, :discarded)
+    end
+  end
+
   TYPED_ROW = <<~SQL
     select 7::int as i, 9223372036854775807::bigint as big, 12.345::numeric as num, 'it''s'::text as t,
            true as yes, false as no, '2024-01-02 03:04:05.678+02'::timestamptz as ts, '2024-01-02'::date as d,

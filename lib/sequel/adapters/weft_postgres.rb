@@ -32,11 +32,22 @@ module Sequel
       # pool's #query: one statement, on whichever connection the pool picks. Inside them, and
       # for prepared statements (which live on one connection), it runs as the postgres adapter
       # runs it, on the connection the fiber holds.
+      #
+      # A held statement interrupted by Weft.deadline, a timeout or a cancelled task is cancelled
+      # on the server before the error goes on: the ROLLBACK that DB.transaction sends next would
+      # otherwise wait for the statement to end.
       # @see Sequel::Postgres::Database#execute
       def execute(sql, opts = OPTS, &block)
-        return super if sql.is_a?(Symbol) || pool.held_connection
+        unless sql.is_a?(Symbol) || pool.held_connection
+          return check_database_errors { execute_shared(sql, opts[:arguments], &block) }
+        end
 
-        check_database_errors { execute_shared(sql, opts[:arguments], &block) }
+        synchronize(opts[:server]) do |conn|
+          super
+        rescue Exception # rubocop:disable Lint/RescueException
+          cancel_running(conn)
+          raise
+        end
       end
 
       # DDL and DB.run run on a held connection, as the postgres adapter runs them: the SQL may
@@ -78,6 +89,14 @@ module Sequel
 
       def dataset_class_default
         Dataset
+      end
+
+      # Asks the server to cancel the statement still running on a connection, if one is (the
+      # caller was interrupted while it ran); what it sends back is read by the next statement.
+      def cancel_running(conn)
+        conn.cancel if conn.transaction_status == PG::PQTRANS_ACTIVE
+      rescue PG::Error, IOError, SystemCallError
+        nil # the interruption says more; the Weft pool sees to the connection when the hold ends
       end
 
       # Hands the result on as Sequel::Postgres::Adapter#execute does: to the block, else the
