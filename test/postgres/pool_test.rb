@@ -359,6 +359,36 @@ class PostgresPoolTest < Minitest::Test
     end
   end
 
+  def test_close_idle_closes_free_connections_and_the_pool_goes_on
+    db = pool(limit: 2)
+    reactor do
+      db.with do
+        Weft.spawn { db.query("select 1") }.wait
+        db.close_idle # the free one goes; the pinned one stays
+        assert_equal 1, db.statistics[:size]
+      end
+      db.close_idle
+      assert_equal 0, db.statistics[:size]
+      assert_equal "1", db.query("select 1").getvalue(0, 0)
+      refute db.closed?
+    end
+  end
+
+  # A library's own connection class (Sequel's adapter subclasses PG::Connection), used for
+  # shared and pinned statements alike.
+  def test_connector_opens_the_connections
+    conninfos = []
+    subclass = Class.new(PG::Connection)
+    db = pool(limit: 2, connector: ->(conninfo) { conninfos << conninfo; subclass.new(conninfo) })
+    reactor do
+      Weft.gather(Array.new(20) { |i| Weft.spawn { assert_equal i.to_s, db.query("select $1::int", i).getvalue(0, 0) } })
+      db.with { |conn| assert_kind_of subclass, conn }
+    end
+    assert_equal 2, conninfos.size
+    assert_operator db.statistics[:pipelined], :>, 0
+    assert_match(/application_name='weft'/, conninfos.first)
+  end
+
   def test_a_connection_killed_while_idle_is_replaced
     db = pool(limit: 1)
     reactor do

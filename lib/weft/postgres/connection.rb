@@ -30,9 +30,11 @@ module Weft
 
       # Opens a connection; raises ConnectionError naming the server when that fails.
       # @param settings [Settings]
+      # @param connector [#call, nil] opens the PG::Connection from the conninfo string instead
+      #   of PG.connect (see Pool#initialize)
       # @return [Connection]
-      def self.open(settings)
-        raw = PG.connect(settings.conninfo)
+      def self.open(settings, connector = nil)
+        raw = connector ? connector.call(settings.conninfo) : PG.connect(settings.conninfo)
         new(raw)
       rescue PG::ConnectionBad => e
         raise ConnectionError, "could not connect to PostgreSQL at #{settings.address}: #{e.message.strip}"

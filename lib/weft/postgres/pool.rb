@@ -93,10 +93,14 @@ module Weft
       # @param idle_timeout [Numeric, nil] seconds a free connection may stay unused
       # @param application_name [String, nil] shown in pg_stat_activity
       # @param on_connect [#call, nil] called with each new PG::Connection (type maps, SETs)
+      # @param connector [#call, nil] opens each connection instead of PG.connect: called with
+      #   the libpq conninfo string (target plus the options above), returns an open
+      #   PG::Connection, which may be of a subclass (a library's own connection class, as
+      #   Sequel's adapter has)
       def initialize(target = nil, limit: Integer(ENV.fetch("WEFT_PG_POOL_SIZE", 10)), pipelining: true,
                      pipeline_depth: DEFAULT_PIPELINE_DEPTH, acquire_timeout: 5.0,
                      connect_timeout: Settings::DEFAULT_CONNECT_TIMEOUT, statement_timeout: nil,
-                     max_age: nil, idle_timeout: 300, application_name: "weft", on_connect: nil)
+                     max_age: nil, idle_timeout: 300, application_name: "weft", on_connect: nil, connector: nil)
         raise ArgumentError, "limit must be a positive Integer" unless limit.is_a?(Integer) && limit.positive?
         unless pipeline_depth.is_a?(Integer) && pipeline_depth.positive?
           raise ArgumentError, "pipeline_depth must be a positive Integer"
@@ -115,6 +119,7 @@ module Weft
         @max_age = max_age
         @idle_timeout = idle_timeout
         @on_connect = on_connect
+        @connector = connector
         @closed = false
         reset_state
       end
@@ -269,6 +274,14 @@ module Weft
       # @return [void]
       def reap
         synchronize { reap_idle }
+      end
+
+      # Closes every free connection now; the pool stays open and opens new ones when it needs
+      # them (as Sequel's Database#disconnect does to its pool). Connections in use are left be.
+      # @return [void]
+      def close_idle
+        synchronize { @idle.dup.each { |connection| discard(connection) } }
+        nil
       end
 
       # Closes every free connection now and the others as they are given back; later calls
@@ -657,7 +670,7 @@ module Weft
         connection = nil
         begin
           unlocked do
-            connection = Connection.open(@settings)
+            connection = Connection.open(@settings, @connector)
             @on_connect&.call(connection.raw)
           end
         rescue Exception # rubocop:disable Lint/RescueException

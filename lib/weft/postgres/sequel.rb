@@ -1,36 +1,41 @@
 # frozen_string_literal: true
 
+# Deprecated: the first entry point of Weft's Sequel support, kept for the code that requires
+# it. New code uses the weft_postgres adapter, which needs no require of its own (see
+# lib/sequel/adapters/weft_postgres.rb and docs/postgres.md):
+#
+#   DB = Sequel.connect(adapter: :weft_postgres, conn_str: ENV["DATABASE_URL"])
+#
+# What requiring this file did, it still does: it turns on Sequel's fiber_concurrency extension
+# (each fiber gets its own connection from a stock Sequel pool, for a plain
+# `Sequel.connect("postgres://...")`), and defines Weft::Postgres::Sequel.connect, which now
+# returns a weft_postgres Database. Nothing in Weft refers to Weft::Postgres::Sequel, so the
+# constant shadows ::Sequel only for code that loads this file and says `Sequel` inside
+# `module Weft::Postgres`.
 require "sequel"
+require "sequel/adapters/weft_postgres"
 
-# Sequel keys its connection pool by Sequel.current, the current thread by default; this
-# extension makes it the current fiber, so each request fiber on Weft gets its own connection
-# and their statements overlap (the postgres adapter's `pg` calls yield to Weft's scheduler).
 Sequel.extension :fiber_concurrency
 
 module Weft
   module Postgres
-    # Sequel on Weft, in one line:
-    #
-    #   require "weft/postgres/sequel"
-    #   DB = Weft::Postgres::Sequel.connect # DATABASE_URL, or a URL/options as Sequel.connect takes
-    #
-    # Loading this file turns on Sequel's fiber_concurrency extension (a plain `Sequel.connect`
-    # then works too); #connect also picks a pool suited to many fibers.
+    # @deprecated Use `Sequel.connect(adapter: :weft_postgres, ...)`.
     module Sequel
-      # The pool size used when the options name none.
-      def self.default_max_connections
-        Integer(ENV.fetch("WEFT_DB_POOL", 25))
-      end
+      @warned = false
 
-      # Sequel.connect with defaults for fiber concurrency: `max_connections` (WEFT_DB_POOL or
-      # 25) and, on Ruby 3.2 and later, the timed_queue pool (it needs Queue#pop's timeout).
-      # @param url [String, Hash, nil] as for Sequel.connect; nil means DATABASE_URL
-      # @return [Sequel::Database]
+      # @deprecated Use `Sequel.connect(adapter: :weft_postgres, conn_str: url, **options)`,
+      #   which this now calls (warning once, where deprecation warnings are on).
+      # @param url [String, nil] a postgres:// URL or libpq conninfo; nil means DATABASE_URL
+      # @param options [Hash] Database options (see the weft_postgres adapter)
+      # @return [::Sequel::WeftPostgres::Database]
       def self.connect(url = nil, **options)
+        unless @warned
+          @warned = true
+          Kernel.warn("Weft::Postgres::Sequel.connect is deprecated: use Sequel.connect(adapter: :weft_postgres, " \
+                      "conn_str: url)", uplevel: 1, category: :deprecated)
+        end
         url ||= ENV.fetch("DATABASE_URL") { raise ArgumentError, "no URL given and DATABASE_URL is not set" }
-        defaults = { max_connections: default_max_connections }
-        defaults[:pool_class] = :timed_queue if RUBY_VERSION >= "3.2"
-        ::Sequel.connect(url, **defaults, **options)
+        ::Sequel.connect(adapter: :weft_postgres, conn_str: url, **options)
       end
     end
   end

@@ -1,10 +1,10 @@
 # frozen_string_literal: true
 
-# A small Rack app on Sequel for test/postgres/frameworks_test.rb. Connects through
-# DATABASE_URL.
-require "weft/postgres/sequel"
+# A small Rack app on Sequel's weft_postgres adapter for test/postgres/frameworks_test.rb.
+# Connects through DATABASE_URL.
+require "sequel"
 
-DB = Weft::Postgres::Sequel.connect
+DB = Sequel.connect(adapter: :weft_postgres) # DATABASE_URL when no connection options are given
 DB.create_table?(:weft_sequel_probes) do
   primary_key :id
   String :name
