@@ -304,7 +304,7 @@ module Weft
       def close
         synchronize do
           @closed = true
-          @idle.each { |connection| discard(connection) }
+          @idle.dup.each { |connection| discard(connection) } # discard deletes from @idle
         end
         nil
       end
