@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require_relative "../test_helper"
+require "open3"
+require "rbconfig"
 require "active_record/connection_adapters/weft_postgresql_adapter"
 
 # `adapter: weft_postgresql` (ActiveRecord 7.2) against the throwaway cluster, under Weft's
@@ -175,6 +177,17 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
       relation = widget.where(name: "w").load_async
       assert_equal ["w"], relation.map(&:name)
     end
+  end
+
+  def test_transactional_fixtures_roll_back_between_tests
+    url = postgres.url(DATABASE).sub("postgres://", "weft-postgresql://")
+    suite = File.join(__dir__, "apps", "transactional_fixtures_suite.rb")
+    output, status = Open3.capture2e({ "DATABASE_URL" => url }, RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
+                                     suite)
+    assert status.success?, output
+    assert_match(/4 runs, \d+ assertions, 0 failures, 0 errors/, output)
+    assert_equal %w[one two], postgres.psql("select body from weft_notes order by body", dbname: DATABASE)
+                                      .map { |row| row["body"] }
   end
 
   private
