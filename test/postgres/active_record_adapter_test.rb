@@ -40,9 +40,11 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   end
 
   def test_ar_pool_of_five_serves_two_hundred_fibers_on_at_most_five_connections
-    started = Weft::Timers.now
+    elapsed = nil
+    results = nil
     backends = watch_backends do
-      assert_elapsed_under(8.0, "200 fibers x pg_sleep(0.05) on 5 connections (2 s at best)") do
+      started = Weft::Timers.now
+      results = assert_elapsed_under(8.0, "200 fibers x pg_sleep(0.05) on 5 connections (2 s at best)") do
         Weft.run do
           Weft.timeout(30) do
             tasks = Array.new(200) do |fiber|
@@ -60,11 +62,13 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
           end
         end
       end
+      elapsed = Weft::Timers.now - started
     end
     if ENV["VERBOSE"]
       puts format("\n200 fibers x (5 statements + pg_sleep(0.05)), AR pool 5, Weft limit 5: %.2fs, " \
-                  "backends at most %d, %p", Weft::Timers.now - started, backends.max, shared_pool.statistics)
+                  "backends at most %d, %p", elapsed, backends.max, shared_pool.statistics)
     end
+    assert_equal Array.new(200) { |fiber| [fiber, 1, "load", "", true] }, results
     assert_operator backends.max, :<=, 5, "PostgreSQL saw more than 5 connections of the app"
     assert_operator backends.max, :>=, 2, "the statements did not spread over the pool's connections"
     assert_equal 200, Entry.where(tag: "load").distinct.count(:fiber)
@@ -136,6 +140,8 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   end
 
   def test_migrations_schema_cache_explain_and_load_async
+    verbose = ActiveRecord::Migration.verbose
+    ActiveRecord::Migration.verbose = false
     Dir.mktmpdir do |dir|
       File.write(File.join(dir, "20240101000000_create_weft_widgets.rb"), <<~RUBY)
         class CreateWeftWidgets < ActiveRecord::Migration[7.2]
@@ -173,10 +179,19 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
 
     assert_match(/Index (Only )?Scan|Seq Scan|Bitmap/, widget.where(name: "w").explain.inspect)
 
+    # load_async on ActiveRecord's global thread pool: the query runs on another thread, through
+    # the same shared pool.
+    executor = ActiveRecord.async_query_executor
+    ActiveRecord.async_query_executor = :global_thread_pool
+    ActiveRecord::Base.establish_connection(config) # the executor is chosen as the pool is made
     Weft.run do
       relation = widget.where(name: "w").load_async
+      assert relation.scheduled?, "load_async ran in the foreground"
       assert_equal ["w"], relation.map(&:name)
     end
+  ensure
+    ActiveRecord::Migration.verbose = verbose
+    ActiveRecord.async_query_executor = executor
   end
 
   def test_transactional_fixtures_roll_back_between_tests

@@ -81,6 +81,7 @@ module ActiveRecord
       # @return [PG::Connection]
       def raw_connection
         with_raw_connection do |routed|
+          disable_lazy_transactions!
           @raw_connection_dirty = true
           routed.pin_session
         end

@@ -80,11 +80,6 @@ module ActiveRecord
           lease.release(reset_session: reset_session)
         end
 
-        # @return [Boolean] whether a connection is held for this adapter now
-        def leased?
-          !@lease.nil?
-        end
-
         # @return [Integer] PG::PQTRANS_* of the held connection; idle when none is held
         def transaction_status
           @lease ? @lease.raw.transaction_status : PG::PQTRANS_IDLE
