@@ -13,6 +13,7 @@ require_relative "postgres/connection"
 require_relative "postgres/request"
 require_relative "postgres/background"
 require_relative "postgres/pipeline"
+require_relative "postgres/lease"
 require_relative "postgres/pool"
 
 module Weft

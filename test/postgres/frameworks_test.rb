@@ -5,7 +5,7 @@ require "net/http"
 require "rbconfig"
 require "tempfile"
 
-# ActiveRecord 7.2 and Sequel apps served by Weft's server (`weft serve`, a real process) with
+# ActiveRecord 7.2 (adapter: postgresql and weft_postgresql) and Sequel apps served by Weft's server (`weft serve`, a real process) with
 # DATABASE_URL: ten requests that each sleep 0.5 s in PostgreSQL overlap.
 class PostgresFrameworksTest < Minitest::Test
   ROOT = File.expand_path("../..", __dir__)
@@ -15,6 +15,20 @@ class PostgresFrameworksTest < Minitest::Test
     serve(File.join(APPS, "active_record.ru")) do |port|
       assert_equal "probe p 1", get(port, "/probe")
       assert_overlapping_sleeps(port)
+    end
+  end
+
+  # The weft_postgresql adapter (DATABASE_URL=weft-postgresql://...): ten requests that each
+  # sleep 0.5 s in PostgreSQL overlap on the pool's connections, and two hundred requests at
+  # once find an ActiveRecord connection each while PostgreSQL sees at most `pool` of them.
+  def test_weft_postgresql_adapter_requests_share_few_connections_under_weft
+    url = "#{postgres.url.sub('postgres://', 'weft-postgresql://')}?pool=10"
+    serve(File.join(APPS, "weft_postgresql.ru"), database_url: url) do |port|
+      assert_equal "adapter PostgreSQL weft_postgresql", get(port, "/")
+      assert_equal "probe w 1", get(port, "/probe")
+      assert_overlapping_sleeps(port)
+      counts = Array.new(200) { Thread.new { get(port, "/backends") } }.map { |thread| Integer(thread.value) }
+      assert_operator counts.max, :<=, 10
     end
   end
 
@@ -55,11 +69,12 @@ class PostgresFrameworksTest < Minitest::Test
 
   # Runs `weft serve` on the rackup file in a single process and yields its port.
   # With `bundle:` (environment naming another Gemfile) the server runs under that bundle.
-  def serve(rackup, bundle: nil)
+  # `database_url:` replaces the cluster's postgres:// URL.
+  def serve(rackup, bundle: nil, database_url: postgres.url)
     skip "Weft's server (exe/weft) is not available" unless File.exist?(File.join(ROOT, "lib/weft/server.rb"))
     port = free_tcp_port
     log = Tempfile.new("weft-serve")
-    env = { "DATABASE_URL" => postgres.url, "RUBYLIB" => File.join(ROOT, "lib") }
+    env = { "DATABASE_URL" => database_url, "RUBYLIB" => File.join(ROOT, "lib") }
     command = [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", rackup, "-b", "tcp://127.0.0.1:#{port}", "-w", "0", "-q"]
     spawn = -> { Process.spawn(env.merge(bundle || {}), *(bundle ? ["bundle", "exec"] : []), *command, out: log.path, err: log.path, chdir: ROOT) }
     pid = bundle ? Bundler.with_unbundled_env(&spawn) : spawn.call

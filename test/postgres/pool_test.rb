@@ -426,4 +426,22 @@ class PostgresPoolTest < Minitest::Test
     assert_equal 0, stats[:busy]
     assert_equal stats[:size], stats[:idle]
   end
+
+  def test_close_closes_every_free_connection
+    db = Weft::Postgres::Pool.new(postgres.url, limit: 5, application_name: "weft-close-test") # closed here
+    reactor { Weft.gather(Array.new(5) { Weft.spawn { db.with { |conn| conn.exec("select pg_sleep(0.05)") } } }) }
+    assert_equal 5, db.statistics[:idle]
+    db.close
+    assert_raises(Weft::Postgres::PoolClosed) { db.statistics }
+    started = now
+    sleep 0.01 while backends("weft-close-test").positive? && now - started < 5
+    assert_equal 0, backends("weft-close-test")
+  end
+
+  private
+
+  def backends(application_name)
+    postgres.psql("select count(*) from pg_stat_activity where application_name = '#{application_name}'")
+            .first["count"].to_i
+  end
 end

@@ -5,35 +5,40 @@ require "active_support/isolated_execution_state"
 require "active_record"
 require "active_record/database_configurations"
 
+# ActiveRecord on Weft, the one-line way (kept for apps that use it; see docs/postgres.md):
+#
+#   require "weft/postgres/active_record"
+#
+# Requiring this file opts the whole process in to:
+#
+# - ActiveSupport's isolation level :fiber (and, in a Rails app, a Railtie that keeps Rails from
+#   setting it back), so that each request fiber on Weft's thread gets its own ActiveRecord
+#   connection instead of sharing the thread's;
+# - for configurations of other adapters that name no `pool:`, an ActiveRecord pool of
+#   WEFT_DB_POOL or 25 instead of 5, since one process now serves many requests at once (with
+#   `adapter: postgresql` each of those fibers holds a PostgreSQL connection of its own);
+# - on ActiveRecord 7.2 and later, the `weft_postgresql` adapter
+#   (active_record/connection_adapters/weft_postgresql_adapter), which shares a few pipelined
+#   connections among all fibers instead. That adapter needs only the isolation level from here:
+#   an app may require the adapter and set `config.active_support.isolation_level = :fiber`
+#   itself instead of this file.
 module Weft
   module Postgres
-    # ActiveRecord on Weft, in one line:
-    #
-    #   require "weft/postgres/active_record"
-    #
-    # ActiveRecord leases connections per thread by default, so every request fiber on Weft's
-    # one thread would share a single connection and wait its turn. With the isolation level
-    # at :fiber each request fiber gets its own connection from ActiveRecord's pool, and since
-    # `pg` yields to Weft's scheduler while a statement runs, requests' statements overlap.
-    #
-    # This file sets that isolation level and, for a database configuration that names no
-    # `pool:`, raises ActiveRecord's default pool size of 5 (sized for five threads) to
-    # WEFT_DB_POOL or 25, because one process now serves many requests at once. In a Rails app
-    # require it from config/application.rb (or set `config.active_support.isolation_level =
-    # :fiber` and `pool:` yourself). DATABASE_URL works as it always does in ActiveRecord.
-    #
-    # Statements still take one round trip each on the request's own connection; they are not
-    # pipelined through Weft::Postgres::Pool (docs/postgres.md says why).
-    module ActiveRecord
-      # The pool size used when the configuration names none.
+    # What `require "weft/postgres/active_record"` sets up. Named so as not to shadow
+    # ::ActiveRecord inside Weft::Postgres.
+    module FiberActiveRecord
+      # The ActiveRecord pool size for configurations that name none.
       def self.default_pool_size
         Integer(ENV.fetch("WEFT_DB_POOL", 25))
       end
 
-      # Prepended to HashConfig: a default pool size for fiber concurrency.
+      # Prepended to HashConfig: a default pool size for fiber concurrency. weft_postgresql
+      # configurations size ActiveRecord's pool themselves (`lease_limit:`).
       module DefaultPoolSize
+        # @return [Integer]
         def pool
-          configuration_hash.key?(:pool) ? super : Weft::Postgres::ActiveRecord.default_pool_size
+          return super if configuration_hash.key?(:pool) || adapter == "weft_postgresql"
+          FiberActiveRecord.default_pool_size
         end
       end
     end
@@ -41,12 +46,15 @@ module Weft
 end
 
 ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
-ActiveRecord::DatabaseConfigurations::HashConfig.prepend(Weft::Postgres::ActiveRecord::DefaultPoolSize)
+ActiveRecord::DatabaseConfigurations::HashConfig.prepend(Weft::Postgres::FiberActiveRecord::DefaultPoolSize)
+if ActiveRecord::ConnectionAdapters.respond_to?(:register) # the adapter registration API of 7.2
+  require "active_record/connection_adapters/weft_postgresql_adapter"
+end
 
 if defined?(Rails::Railtie)
   module Weft
     module Postgres
-      module ActiveRecord
+      module FiberActiveRecord
         # Keeps Rails from setting the isolation level back to :thread at boot.
         class Railtie < ::Rails::Railtie
           config.before_initialize { |app| app.config.active_support.isolation_level = :fiber }

@@ -7,6 +7,7 @@ require_relative "connection"
 require_relative "pipeline"
 require_relative "request"
 require_relative "background"
+require_relative "lease"
 require_relative "../timers"
 require_relative "../deadline"
 require_relative "../renamed_options"
@@ -25,7 +26,7 @@ module Weft
     # libpq pipeline mode (see Pipeline), up to `pipeline_depth` in flight per connection.
     # `with` and `transaction` pin a connection for the caller alone (session state, several
     # statements in one transaction); a pinned connection is out of the shared set until it is
-    # given back.
+    # given back. `lease` does the same for a use that spans several calls (see Lease).
     #
     # Connections are opened lazily up to `limit`, checked for life before reuse, closed past
     # `max_age` or `idle_timeout`, replaced when broken, and never shared across fork. The option
@@ -243,6 +244,33 @@ module Weft
         end
       end
 
+      # Takes a connection for the caller alone until it releases the returned Lease: #with for
+      # uses that span several calls (an ORM's transaction, begun in one method and committed in
+      # another). The lease belongs to no fiber, so #query does not run on it; the holder runs
+      # statements on Lease#raw and must call Lease#release.
+      # @return [Lease]
+      # @raise [PoolTimeout, Weft::DeadlineExceeded] when no connection frees up in time
+      def lease
+        Deadline.current&.check!
+        interruptible(AT_WAITS) { Lease.new(self, checkout_pinned) }
+      end
+
+      # @api private: Lease#release gives its connection back here.
+      def return_lease(connection, reset_session)
+        interruptible(NOWHERE) do
+          if reset_session
+            reusable = false
+            begin
+              reusable = restore(connection.raw) && reset_session(connection.raw)
+            ensure
+              give_back(connection, reusable)
+            end
+          else
+            checkin_pinned(connection, true)
+          end
+        end
+      end
+
       # @return [Hash] counters: size (open + opening), limit, idle, pinned, shared
       #   (connections carrying pipelined statements), busy (pinned + shared), waiting (callers
       #   waiting for a connection or slot), in_flight (pipelined statements now), max_depth
@@ -289,7 +317,7 @@ module Weft
       def close
         synchronize do
           @closed = true
-          @idle.each { |connection| discard(connection) }
+          @idle.dup.each { |connection| discard(connection) } # discard deletes from @idle
         end
         nil
       end
@@ -626,6 +654,16 @@ module Weft
           return false unless discard_results(raw, deadline)
         end
         raw.transaction_status == PG::PQTRANS_IDLE
+      rescue PG::Error, IOError, SystemCallError
+        false
+      end
+
+      # Clears what a lease holder left in the session and sets it up as a new connection.
+      # @return [Boolean] whether it worked
+      def reset_session(raw)
+        raw.exec("DISCARD ALL")
+        @on_connect&.call(raw)
+        true
       rescue PG::Error, IOError, SystemCallError
         false
       end

@@ -1,0 +1,200 @@
+# frozen_string_literal: true
+
+require "pg"
+require_relative "statement_scope"
+
+module ActiveRecord
+  module ConnectionAdapters
+    module WeftPostgreSQL
+      # What WeftPostgreSQLAdapter has in place of a PG::Connection: the part of PG::Connection's
+      # interface ActiveRecord's PostgreSQL adapter uses, with each statement sent where it may
+      # run.
+      #
+      # - A statement that needs no session of its own goes through the shared pool's
+      #   Weft::Postgres::Pool#query: it shares a connection, pipelined, with other adapters'
+      #   statements.
+      # - A statement that opens a transaction (BEGIN) takes a connection for this adapter alone
+      #   (Weft::Postgres::Pool#lease); everything after it runs there until the transaction has
+      #   ended (COMMIT, ROLLBACK), then the connection goes back.
+      # - A statement that leaves state in the session (see StatementScope) takes a connection
+      #   the same way and keeps it until #release, which ActiveRecord calls as the adapter goes
+      #   back to its pool; the session is then cleared (DISCARD ALL) and set up anew.
+      # - Simple-protocol statements (#async_exec: `execute`, DDL, fixtures; possibly several
+      #   statements in one string, which a pipeline cannot carry) run on a leased connection too.
+      #
+      # Results get the adapter's result type map, and parameters are encoded with its query
+      # type map, as PG::Connection would do with its own.
+      class RoutedConnection
+        # @return [PG::TypeMapByClass, nil] how parameters are encoded (set by the adapter)
+        attr_accessor :type_map_for_queries
+        # @return [PG::TypeMap, nil] how result values are decoded (set by the adapter)
+        attr_accessor :type_map_for_results
+
+        # @param database [SharedDatabase]
+        def initialize(database)
+          @database = database
+          @lease = nil
+          @session_state = false
+          @closed = false
+          @type_map_for_queries = nil
+          @type_map_for_results = nil
+        end
+
+        # Runs one statement with parameters (extended protocol), on the shared pool unless it
+        # needs a connection of its own.
+        # @return [PG::Result]
+        def exec_params(sql, params = [])
+          params = encode(params)
+          if @lease || StatementScope.transaction_start?(sql) || StatementScope.session_state?(sql)
+            typed(on_lease(sql) { |raw| raw.exec_params(sql, params) })
+          else
+            typed(@database.pool.query(sql, *params))
+          end
+        end
+
+        # Runs SQL in the simple protocol (one or several statements) on a leased connection.
+        # @return [PG::Result] the last statement's result
+        def async_exec(sql)
+          typed(on_lease(sql) { |raw| raw.async_exec(sql) })
+        end
+        alias exec async_exec
+        alias query async_exec
+
+        # Holds a connection for this adapter, as if it had changed the session, and returns it:
+        # for callers that want the PG::Connection itself (the adapter's #raw_connection).
+        # @return [PG::Connection]
+        def pin_session
+          @lease ||= @database.pool.lease
+          @session_state = true
+          @lease.raw
+        end
+
+        # Gives back the connection held, if any: rolled back if a transaction is open, and its
+        # session cleared and set up again if this adapter changed it.
+        # @return [void]
+        def release
+          return unless (lease = @lease)
+          reset_session = @session_state
+          @lease = nil
+          @session_state = false
+          lease.release(reset_session: reset_session)
+        end
+
+        # @return [Integer] PG::PQTRANS_* of the held connection; idle when none is held
+        def transaction_status
+          @lease ? @lease.raw.transaction_status : PG::PQTRANS_IDLE
+        end
+
+        # @return [Integer] PG::CONNECTION_OK while usable, PG::CONNECTION_BAD once closed or when
+        #   the held connection broke (the shared pool replaces broken connections by itself)
+        def status
+          return PG::CONNECTION_BAD if @closed
+          @lease ? @lease.raw.status : PG::CONNECTION_OK
+        end
+
+        # Releases what is held and refuses further use.
+        def close
+          release
+          @closed = true
+        end
+        alias finish close
+
+        # @return [Boolean]
+        def finished?
+          @closed
+        end
+
+        # PG::Connection#reset reconnects; here that means giving back what is held (a broken
+        # connection is closed by the pool) and going on with fresh ones.
+        def reset
+          raise PG::ConnectionBad, "connection is closed" if @closed
+          release
+        end
+
+        # Asks the server to cancel the statement running on the held connection, if any.
+        def cancel
+          @lease&.raw&.cancel
+        end
+
+        # Waits for the held connection's statement to end.
+        def block(*args)
+          @lease&.raw&.block(*args)
+        end
+
+        # There is no socket of this adapter's own (ActiveRecord reopens it on /dev/null after
+        # fork; the shared pool already never touches its parent's connections).
+        # @return [nil]
+        def socket_io
+          nil
+        end
+
+        # @return [SessionSetup] the settings every connection this routes to has
+        def session_setup
+          @database.session_setup
+        end
+
+        # @return [Integer] the server's version (e.g. 160002)
+        def server_version
+          @database.server_version
+        end
+
+        # Escapes a string for a literal, as PG::Connection#escape_string does with
+        # standard_conforming_strings on (set on every connection by SessionSetup).
+        # @return [String]
+        def escape_string(string)
+          raise ArgumentError, "invalid byte sequence in #{string.encoding}" unless string.valid_encoding?
+          string.gsub("'", "''")
+        end
+        alias escape escape_string
+
+        # @return [String] bytes in PostgreSQL's hex format (what PG::Connection#escape_bytea
+        #   gives against any supported server)
+        def escape_bytea(bytes)
+          "\\x#{bytes.unpack1('H*')}"
+        end
+
+        # @return [String] bytes from bytea text output
+        def unescape_bytea(text)
+          PG::Connection.unescape_bytea(text)
+        end
+
+        private
+
+        # Runs the block on a held connection (leasing one if none is held) and afterwards gives
+        # it back unless it is still needed: a transaction is open, the session was changed, or
+        # a statement of an open transaction was interrupted (ActiveRecord cancels it as it
+        # rolls back). A statement interrupted outside a transaction lets the connection go; the
+        # pool cancels it in the background.
+        def on_lease(sql)
+          raise PG::ConnectionBad, "connection is closed" if @closed
+          held_before = !@lease.nil?
+          @lease ||= @database.pool.lease
+          @session_state ||= StatementScope.session_state?(sql)
+          yield @lease.raw
+        ensure
+          release_unless_needed(held_before) if @lease
+        end
+
+        def release_unless_needed(held_before)
+          return if @session_state
+          case @lease.raw.transaction_status
+          when PG::PQTRANS_INTRANS, PG::PQTRANS_INERROR then return
+          when PG::PQTRANS_ACTIVE then return if held_before
+          end
+          release
+        end
+
+        def encode(params)
+          map = @type_map_for_queries
+          return params unless map && !params.empty?
+          params.map { |value| (coder = map[value.class]) ? coder.encode(value) : value }
+        end
+
+        def typed(result)
+          result.type_map = @type_map_for_results if @type_map_for_results
+          result
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,168 @@
+# frozen_string_literal: true
+
+require "active_record"
+require "active_record/connection_adapters/postgresql_adapter"
+require "active_support/isolated_execution_state"
+require "weft/postgres"
+require_relative "weft_postgresql/statement_scope"
+require_relative "weft_postgresql/session_setup"
+require_relative "weft_postgresql/shared_database"
+require_relative "weft_postgresql/routed_connection"
+require_relative "weft_postgresql/lease_limit"
+require_relative "weft_postgresql/type_lookup"
+
+module ActiveRecord
+  module ConnectionAdapters
+    # ActiveRecord's PostgreSQL adapter with its statements sent through a Weft::Postgres::Pool
+    # shared by the whole process: `adapter: weft_postgresql` (database.yml, establish_connection,
+    # or DATABASE_URL=weft-postgresql://...). Rails 7.2.
+    #
+    # An adapter object holds no PostgreSQL connection. Its statements share the pool's
+    # connections, pipelined, with every other adapter's; a transaction (or anything that
+    # changes the session) takes one of the pool's connections for the adapter alone until it
+    # ends (see WeftPostgreSQL::RoutedConnection). So ActiveRecord's pool can hand out an adapter
+    # to every request fiber at once (`lease_limit:`, default 1000) while PostgreSQL sees at most
+    # `pool:` connections per process.
+    #
+    # Differences from `adapter: postgresql`:
+    # - Prepared statements are off (`prepared_statements: true` is refused): a prepared
+    #   statement lives in one session, and statements here go to whichever connection is free.
+    # - Session settings (encoding, min_messages, schema_search_path, variables, standard
+    #   strings, intervalstyle, time zone) are applied to every pool connection as it opens
+    #   (WeftPostgreSQL::SessionSetup), not per adapter.
+    # - Statements sent with `execute` (the simple protocol, which allows several statements in
+    #   one string) take a connection alone for their round trip instead of being pipelined.
+    # - PostgreSQL notices do not reach ActiveRecord.db_warnings_action.
+    # - ActiveSupport's isolation level must be :fiber under a fiber scheduler (each request
+    #   fiber its own adapter); a transaction begun otherwise raises.
+    #
+    # See docs/postgres.md, "ActiveRecord".
+    class WeftPostgreSQLAdapter < PostgreSQLAdapter
+      # Raised when a transaction begins under a fiber scheduler while ActiveRecord gives all
+      # fibers of a thread the same adapter: their statements would join each other's
+      # transactions.
+      class IsolationLevelError < ActiveRecordError; end
+
+      # @see PostgreSQLAdapter#initialize
+      def initialize(...)
+        super
+        if @config.key?(:prepared_statements) && self.class.type_cast_config_to_boolean(@config[:prepared_statements])
+          raise ArgumentError, "weft_postgresql cannot use prepared statements (each lives in one session, and " \
+                               "statements here share connections): remove prepared_statements: true"
+        end
+      end
+
+      # No round trip: the shared pool checks its connections before each use and replaces
+      # broken ones, so an adapter is alive while its routed connection is open and the
+      # connection it holds, if any, is good.
+      # @return [Boolean]
+      def active?
+        @lock.synchronize do
+          return false unless @raw_connection&.status == PG::CONNECTION_OK
+          verified!
+        end
+        true
+      end
+
+      # Rolls back and gives back whatever this adapter holds (clearing its session if it
+      # changed it), then resets ActiveRecord's state as the PostgreSQL adapter does. Other
+      # adapters' connections are untouched.
+      def reset!
+        @lock.synchronize do
+          return connect! unless @raw_connection
+          @raw_connection.release
+          AbstractAdapter.instance_method(:reset!).bind_call(self)
+        end
+      end
+
+      # The PG::Connection itself, for what ActiveRecord does not offer (COPY, large objects):
+      # the adapter takes one of the pool's connections and keeps it until it goes back to
+      # ActiveRecord's pool, when its session is cleared for the next user.
+      # @return [PG::Connection]
+      def raw_connection
+        with_raw_connection do |routed|
+          disable_lazy_transactions!
+          @raw_connection_dirty = true
+          routed.pin_session
+        end
+      end
+
+      # @see PostgreSQL::DatabaseStatements#begin_db_transaction
+      def begin_db_transaction
+        require_fiber_isolation
+        super
+      end
+
+      # @see PostgreSQL::DatabaseStatements#begin_isolated_db_transaction
+      def begin_isolated_db_transaction(isolation)
+        require_fiber_isolation
+        super
+      end
+
+      private
+
+      # Off, and refused when asked for (see #initialize).
+      def default_prepared_statements
+        false
+      end
+
+      def connect
+        database = WeftPostgreSQL::SharedDatabase.for(@connection_parameters, @config, default_timezone)
+        @raw_connection = WeftPostgreSQL::RoutedConnection.new(database)
+      end
+
+      # Only what lives in this process: encoders, decoders and the type map. The session
+      # settings are the shared pool's (WeftPostgreSQL::SessionSetup).
+      def configure_connection
+        check_version
+        add_pg_encoders
+        add_pg_decoders
+        reload_type_map
+      end
+
+      # The pool's connections got the session time zone for ActiveRecord.default_timezone as
+      # it was when the pool was made; only if it changed since does this adapter set its own
+      # (which holds a connection for it, as any session change does).
+      def reconfigure_connection_timezone
+        super unless @raw_connection.session_setup.timezone_for?(default_timezone)
+      end
+
+      # Called as ActiveRecord's pool takes the adapter back: what it held goes back too.
+      def release_held_connection
+        @raw_connection&.release
+      end
+      set_callback :checkin, :after, :release_held_connection
+
+      def require_fiber_isolation
+        return unless Fiber.scheduler && ActiveSupport::IsolatedExecutionState.isolation_level != :fiber
+        raise IsolationLevelError, "weft_postgresql under a fiber scheduler needs " \
+                                   "ActiveSupport::IsolatedExecutionState.isolation_level = :fiber " \
+                                   "(Rails: config.active_support.isolation_level = :fiber)"
+      end
+
+      # Weft's own failures, as ActiveRecord's: no connection in time, the server unreachable
+      # (a database that does not exist, as NoDatabaseError, which db:create relies on). A
+      # passed Weft.deadline goes on as it is.
+      def translate_exception(exception, message:, sql:, binds:)
+        case exception
+        when Weft::Postgres::PoolTimeout
+          ConnectionTimeoutError.new(message, connection_pool: @pool)
+        when Weft::Postgres::ConnectionError
+          database = @connection_parameters[:dbname]
+          if database && exception.message.include?(%(database "#{database}" does not exist))
+            NoDatabaseError.db_error(database)
+          else
+            ConnectionNotEstablished.new(exception, connection_pool: @pool)
+          end
+        when Weft::DeadlineExceeded then exception
+        else super
+        end
+      end
+    end
+
+    register "weft_postgresql", "ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter",
+             "active_record/connection_adapters/weft_postgresql_adapter"
+  end
+end
+
+ActiveSupport.run_load_hooks(:active_record_weft_postgresqladapter, ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter)

@@ -1,0 +1,297 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "open3"
+require "rbconfig"
+require "active_record/connection_adapters/weft_postgresql_adapter"
+
+# `adapter: weft_postgresql` (ActiveRecord 7.2) against the throwaway cluster, under Weft's
+# reactor: many fibers on few PostgreSQL connections, each fiber's transactions its own.
+class PostgresActiveRecordAdapterTest < Minitest::Test
+  DATABASE = "weft_ar_adapter"
+  APPLICATION = "weft-ar-adapter-test"
+
+  # A model on the test database.
+  class Entry < ActiveRecord::Base
+    self.table_name = "weft_entries"
+  end
+
+  def setup
+    super
+    @isolation_level = ActiveSupport::IsolatedExecutionState.isolation_level
+    ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
+    postgres.create_database(DATABASE)
+    ActiveRecord::Base.establish_connection(config)
+    ActiveRecord::Base.with_connection do |conn|
+      conn.create_table(:weft_entries, force: true) do |t|
+        t.integer :fiber
+        t.string :tag
+        t.bigint :xid, default: -> { "txid_current()" }
+      end
+    end
+    Entry.reset_column_information
+  end
+
+  def teardown
+    ActiveRecord::Base.remove_connection
+    ActiveRecord::ConnectionAdapters::WeftPostgreSQL::SharedDatabase.close_all
+    ActiveSupport::IsolatedExecutionState.isolation_level = @isolation_level
+    super
+  end
+
+  def test_ar_pool_of_five_serves_two_hundred_fibers_on_at_most_five_connections
+    elapsed = nil
+    results = nil
+    backends = watch_backends do
+      started = Weft::Timers.now
+      results = assert_elapsed_under(8.0, "200 fibers x pg_sleep(0.05) on 5 connections (2 s at best)") do
+        Weft.run do
+          Weft.timeout(30) do
+            tasks = Array.new(200) do |fiber|
+              Weft.spawn do
+                ActiveRecord::Base.with_connection do |conn|
+                  Entry.create!(fiber: fiber, tag: "load")
+                  values = [conn.select_value("select #{fiber}"), Entry.where(fiber: fiber).count,
+                            Entry.where(fiber: fiber).pick(:tag), conn.select_value("select pg_sleep(0.05)::text")]
+                  values << Entry.where(fiber: fiber).exists?
+                  values
+                end
+              end
+            end
+            Weft.gather(tasks)
+          end
+        end
+      end
+      elapsed = Weft::Timers.now - started
+    end
+    if ENV["VERBOSE"]
+      puts format("\n200 fibers x (5 statements + pg_sleep(0.05)), AR pool 5, Weft limit 5: %.2fs, " \
+                  "backends at most %d, %p", elapsed, backends.max, shared_pool.statistics)
+    end
+    assert_equal Array.new(200) { |fiber| [fiber, 1, "load", "", true] }, results
+    assert_operator backends.max, :<=, 5, "PostgreSQL saw more than 5 connections of the app"
+    assert_operator backends.max, :>=, 2, "the statements did not spread over the pool's connections"
+    assert_equal 200, Entry.where(tag: "load").distinct.count(:fiber)
+    stats = shared_pool.statistics
+    assert_operator stats[:connects], :<=, 5, stats.inspect
+    assert_operator stats[:pipelined], :>, 0, "no statement was pipelined: #{stats.inspect}"
+  end
+
+  def test_each_fibers_transaction_commits_or_rolls_back_its_own_work_only
+    outcomes = Weft.run do
+      Weft.timeout(30) do
+        Weft.gather(Array.new(100) { |fiber| Weft.spawn { run_transaction_kind(fiber) } })
+      end
+    end
+    assert_equal Array.new(100) { |fiber| fiber % 5 == 1 ? :rolled_back : :ok }, outcomes
+    rows = Entry.order(:id).to_a.group_by(&:fiber)
+    100.times do |fiber|
+      tags = rows.fetch(fiber, []).map(&:tag).sort
+      expected = case fiber % 5
+                 when 0 then %w[after-inner outer]   # inner savepoint raised and was rolled back
+                 when 1 then []                      # the whole transaction raised
+                 when 2 then %w[inner outer]         # nested savepoint released, all committed
+                 when 3 then %w[outer]               # ActiveRecord::Rollback in the savepoint
+                 else %w[auto-1 auto-2]              # no transaction: each statement commits
+                 end
+      assert_equal expected, tags, "fiber #{fiber}"
+    end
+    # A transaction's rows carry its own transaction id, and no other fiber's row does.
+    by_xid = Entry.all.group_by(&:xid)
+    by_xid.each_value { |same| assert_equal 1, same.map(&:fiber).uniq.size, same.map(&:fiber).inspect }
+    rows.each { |fiber, entries| assert_equal 2, entries.map(&:xid).uniq.size, "fiber #{fiber}" if fiber % 5 == 4 }
+    assert_equal 0, shared_pool.statistics[:pinned], "a transaction kept its connection"
+  end
+
+  def test_session_state_keeps_a_connection_until_checkin_then_is_cleared
+    Weft.run do
+      ActiveRecord::Base.with_connection do |conn|
+        conn.execute("SET statement_timeout = 1234")
+        assert_equal "1234ms", conn.select_value("show statement_timeout")
+        assert conn.select_value("select pg_try_advisory_lock(77)")
+        assert_equal 1, shared_pool.statistics[:pinned]
+      end
+      assert_equal 0, shared_pool.statistics[:pinned]
+      ActiveRecord::Base.with_connection do |conn|
+        assert_equal "0", conn.select_value("show statement_timeout")
+        assert_equal 0, conn.select_value("select count(*) from pg_locks where locktype = 'advisory'")
+        assert_equal "UTC", conn.select_value("show timezone")
+        assert_equal "iso_8601", conn.select_value("show intervalstyle")
+      end
+    end
+  end
+
+  def test_a_transaction_under_a_fiber_scheduler_needs_fiber_isolation
+    ActiveSupport::IsolatedExecutionState.isolation_level = :thread
+    error = Weft.run do
+      ActiveRecord::Base.transaction { Entry.create!(fiber: 1, tag: "x") }
+    rescue ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter::IsolationLevelError => e
+      e
+    end
+    assert_kind_of ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter::IsolationLevelError, error
+    assert_equal 0, Entry.count
+  end
+
+  def test_prepared_statements_are_refused
+    error = assert_raises(ArgumentError) do
+      ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter.new(config.merge(prepared_statements: true))
+    end
+    assert_match(/prepared statements/, error.message)
+  end
+
+  def test_migrations_schema_cache_explain_and_load_async
+    verbose = ActiveRecord::Migration.verbose
+    ActiveRecord::Migration.verbose = false
+    Dir.mktmpdir do |dir|
+      File.write(File.join(dir, "20240101000000_create_weft_widgets.rb"), <<~RUBY)
+        class CreateWeftWidgets < ActiveRecord::Migration[7.2]
+          def change
+            create_table(:weft_widgets) { |t| t.string :name, null: false; t.interval :span }
+            add_index :weft_widgets, :name
+          end
+        end
+      RUBY
+      context = ActiveRecord::MigrationContext.new(dir)
+      context.migrate
+      assert_equal [20_240_101_000_000], context.get_all_versions
+      context.rollback
+      refute ActiveRecord::Base.with_connection { |conn| conn.table_exists?(:weft_widgets) }
+      context.migrate
+    end
+    # The migrator's advisory lock held a connection for its adapter until ActiveRecord's pool
+    # took the adapter back; then the lock is gone and the connection is shared again.
+    ActiveRecord::Base.connection_pool.release_connection
+    assert_equal 0, shared_pool.statistics[:pinned], "the migrator's advisory lock kept its connection"
+    assert_equal "0", postgres.psql("select count(*) from pg_locks where locktype = 'advisory'").first["count"]
+    widget = Class.new(ActiveRecord::Base) { self.table_name = "weft_widgets" }
+    widget.create!(name: "w", span: 2.days)
+    assert_equal 2.days, widget.first.span # PostgreSQL's interval type, through the adapter's type map
+
+    cache = ActiveRecord::Base.connection_pool.schema_cache
+    cache.clear!
+    assert cache.data_source_exists?("weft_widgets")
+    assert_equal %w[id name span], cache.columns_hash("weft_widgets").keys
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "schema_cache.yml")
+      cache.dump_to(path)
+      assert_match(/weft_widgets/, File.read(path))
+    end
+
+    assert_match(/Index (Only )?Scan|Seq Scan|Bitmap/, widget.where(name: "w").explain.inspect)
+
+    # load_async on ActiveRecord's global thread pool: the query runs on another thread, through
+    # the same shared pool.
+    executor = ActiveRecord.async_query_executor
+    ActiveRecord.async_query_executor = :global_thread_pool
+    ActiveRecord::Base.establish_connection(config) # the executor is chosen as the pool is made
+    Weft.run do
+      relation = widget.where(name: "w").load_async
+      assert relation.scheduled?, "load_async ran in the foreground"
+      assert_equal ["w"], relation.map(&:name)
+    end
+  ensure
+    ActiveRecord::Migration.verbose = verbose
+    ActiveRecord.async_query_executor = executor
+  end
+
+  def test_transactional_fixtures_roll_back_between_tests
+    url = postgres.url(DATABASE).sub("postgres://", "weft-postgresql://")
+    suite = File.join(__dir__, "apps", "transactional_fixtures_suite.rb")
+    output, status = Open3.capture2e({ "DATABASE_URL" => url }, RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
+                                     suite)
+    assert status.success?, output
+    assert_match(/4 runs, \d+ assertions, 0 failures, 0 errors/, output)
+    assert_equal %w[one two], postgres.psql("select body from weft_notes order by body", dbname: DATABASE)
+                                      .map { |row| row["body"] }
+  end
+
+  private
+
+  def config
+    { adapter: "weft_postgresql", host: postgres.host, port: postgres.port, username: "postgres",
+      database: DATABASE, pool: 5, application_name: APPLICATION, checkout_timeout: 20 }
+  end
+
+  def shared_pool
+    ActiveRecord::Base.with_connection { |conn| conn.instance_variable_get(:@raw_connection) }
+                      .instance_variable_get(:@database).pool
+  end
+
+  # One fiber's work, by kind (fiber % 5): transactions with a failing, a released and a
+  # rolled-back savepoint, one that raises after a pause (others run meanwhile), and plain
+  # statements outside any transaction in between.
+  def run_transaction_kind(fiber)
+    case fiber % 5
+    when 0
+      Entry.transaction do
+        Entry.create!(fiber: fiber, tag: "outer")
+        begin
+          Entry.transaction(requires_new: true) do
+            Entry.create!(fiber: fiber, tag: "inner")
+            raise ArgumentError, "inner fails"
+          end
+        rescue ArgumentError
+          nil
+        end
+        Entry.create!(fiber: fiber, tag: "after-inner")
+      end
+    when 1
+      begin
+        Entry.transaction do
+          Entry.create!(fiber: fiber, tag: "doomed")
+          Entry.connection_pool.with_connection { |conn| conn.select_value("select pg_sleep(0.05)::text") }
+          raise ArgumentError, "outer fails"
+        end
+      rescue ArgumentError
+        return :rolled_back
+      end
+    when 2
+      Entry.transaction do
+        Entry.create!(fiber: fiber, tag: "outer")
+        Entry.transaction(requires_new: true) { Entry.create!(fiber: fiber, tag: "inner") }
+      end
+    when 3
+      Entry.transaction do
+        Entry.create!(fiber: fiber, tag: "outer")
+        Entry.transaction(requires_new: true) do
+          Entry.create!(fiber: fiber, tag: "inner")
+          raise ActiveRecord::Rollback
+        end
+      end
+    else
+      Entry.create!(fiber: fiber, tag: "auto-1")
+      sleep 0.01
+      Entry.create!(fiber: fiber, tag: "auto-2")
+    end
+    :ok
+  end
+
+  # Runs the block while a thread counts the app's backends in pg_stat_activity every 10 ms,
+  # once those of earlier tests have gone (a backend lingers a moment after its client left).
+  # @return [Array<Integer>] the counts seen
+  def watch_backends
+    counts = []
+    done = false
+    count = lambda do |conn|
+      conn.exec_params("select count(*) from pg_stat_activity where application_name = $1 and datname = $2",
+                       [APPLICATION, DATABASE]).getvalue(0, 0).to_i
+    end
+    postgres.connect(DATABASE) do |conn|
+      deadline = Weft::Timers.now + 5
+      sleep 0.01 while count.call(conn).positive? && Weft::Timers.now < deadline
+    end
+    watcher = Thread.new do
+      postgres.connect(DATABASE) do |conn|
+        until done
+          counts << count.call(conn)
+          sleep 0.01
+        end
+      end
+    end
+    yield
+    counts
+  ensure
+    done = true
+    watcher&.join
+  end
+end
