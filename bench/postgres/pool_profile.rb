@@ -29,6 +29,7 @@ module PostgresBench
       %w[Weft::Scheduler io_wait], %w[Weft::Scheduler wake],
       %w[PG::Connection flush], %w[PG::Connection sync_flush], %w[PG::Connection consume_input],
       %w[PG::Connection is_busy], %w[PG::Connection sync_get_result],
+      %w[Weft::Postgres::Pipeline sync], %w[Weft::Postgres::Pipeline lead],
     ].freeze
 
     module_function
