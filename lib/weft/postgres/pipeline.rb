@@ -103,11 +103,6 @@ module Weft
         @queue.size + @segment.size
       end
 
-      # @return [Boolean] no new statements may be sent (a cancel request is on its way)
-      def fenced?
-        @cancelling
-      end
-
       # Set by the pool when a caller waits to pin this connection: no new statements are
       # added, so the pipeline empties and the connection can be handed over.
       attr_accessor :draining
@@ -122,11 +117,18 @@ module Weft
         !@reader.nil?
       end
 
-      # How long the oldest statement in flight has been waiting, in seconds (0 when empty). A
-      # pipeline whose head runs long holds up everything behind it; the pool avoids it.
-      def head_age(now = Timers.now)
+      # How much a new statement would wait here, for the pool to choose the least loaded
+      # pipeline: the statements in flight, plus `limit` when the oldest of them has waited
+      # longer than `stall_after` seconds (a pipeline whose head runs long holds up everything
+      # behind it). One call per pipeline and choice, as the pool makes a choice per statement.
+      # @return [Integer, nil] nil when it takes no statement now: `limit` in flight, draining,
+      #   or fenced (a cancel request is on its way)
+      def load(now, limit, stall_after)
+        return nil if @cancelling || @draining
+        depth = @queue.size + @segment.size
+        return nil if depth >= limit
         head = @segment.first || @queue.first
-        head ? now - head.sent_at : 0.0
+        head && now - head.sent_at > stall_after ? depth + limit : depth
       end
 
       # Hands a statement to libpq and sends it with the others submitted in this turn of the

@@ -503,9 +503,7 @@ module Weft
         best_load = nil
         @shared.each do |connection|
           pipeline = connection.pipeline
-          load = pipeline.depth
-          next if load >= @pipeline_depth || pipeline.fenced? || pipeline.draining?
-          load += @pipeline_depth if load.positive? && pipeline.head_age(now) > STALL_AFTER
+          load = pipeline.load(now, @pipeline_depth, STALL_AFTER) or next
           if best.nil? || load < best_load
             best = pipeline
             best_load = load
