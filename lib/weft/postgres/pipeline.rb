@@ -57,9 +57,6 @@ module Weft
       CANCEL_REPEAT = 0.5
       # SQLSTATE query_canceled: a cancel request (or statement_timeout) ended the statement.
       QUERY_CANCELED = "57014"
-      # Statements in one segment at most: a failure sends the others again, so a segment
-      # should not grow without bound.
-      SEGMENT_LIMIT = 32
       # Result statuses of a statement that ran to its end.
       SUCCEEDED = [PG::PGRES_TUPLES_OK, PG::PGRES_COMMAND_OK, PG::PGRES_EMPTY_QUERY].freeze
       # SQLSTATEs (or their classes) of errors a statement meets only because its segment ran
@@ -118,14 +115,6 @@ module Weft
       # @return [Boolean] whether someone is reading results
       def reading?
         !@reader.nil?
-      end
-
-      # Whether a segment is being built here (statements submitted in this turn of the reactor,
-      # not sent yet) that can take one more statement.
-      # @param limit [Integer] statements in flight at most
-      def building?(limit)
-        @unsynced.positive? && @unsynced < SEGMENT_LIMIT && !@cancelling && !@draining &&
-          @queue.size + @segment.size < limit
       end
 
       # How much a new statement would wait here, for the pool to choose the least loaded

@@ -337,7 +337,6 @@ module Weft
         @connections = []
         @idle = []      # free, most recently used last
         @shared = []    # carrying pipelined statements
-        @last_chosen = nil # the pipeline that took the last pipelined statement
         @pinned = []
         @connecting = 0
         @waiting = 0
@@ -380,11 +379,7 @@ module Weft
       # --- Shared use ---------------------------------------------------------------------------
 
       # A pipeline with a free slot: a free connection if there is one, a new one while below
-      # the limit, else the pipeline that took the previous statement while the segment it
-      # builds (the statements of this turn of the reactor) has room, else the least loaded
-      # shared connection; waits when all are full. Filling one segment rather than spreading a
-      # turn's statements over every connection makes fewer, larger segments: each costs a
-      # write, a read and a sync point here and in PostgreSQL.
+      # the limit, else the least loaded shared connection; waits when all are full.
       def shared_pipeline
         deadline = nil
         loop do
@@ -392,10 +387,9 @@ module Weft
             return share(connection)
           end
           return share(open_connection) if room?
-          return @last_chosen if @last_chosen&.building?(@pipeline_depth)
 
           pipeline = least_loaded
-          return @last_chosen = pipeline if pipeline
+          return pipeline if pipeline
 
           deadline ||= checkout_deadline
           wait_for_slot(@slot_freed, deadline)
