@@ -30,19 +30,19 @@ module Weft
     # transaction block) is not the statement's own: it is sent again in a segment of its own.
     #
     # There is no background reader. Whichever waiter finds nobody reading becomes the reader:
-    # it reads results in order, settles each request at its sync point and wakes that request's
-    # waiter, and when its own request is settled (or it is cancelled) it hands the role to the
+    # it reads results in order, settles the requests of each segment at its sync point and wakes
+    # their waiters, and when its own request is settled (or it is cancelled) it hands the role to the
     # next waiter. A connection nobody waits on is not read at all, so a pool never keeps a
     # reactor alive.
     #
     # A caller that leaves before its statement is settled (its deadline passed, its task was
     # cancelled) abandons it: the result is thrown away when it arrives, and once the statement
-    # is the one the server executes (the head of the queue) the server is asked to cancel it,
-    # off the caller's path (see #cancel_abandoned). PostgreSQL cancels whatever the connection
-    # runs when the request lands, which may already be the next caller's statement; so every
-    # statement in flight meanwhile is marked exposed, and an exposed statement that comes back
-    # cancelled is sent again instead of failing (its implicit transaction was rolled back, so
-    # it runs once in effect). PostgreSQL drops a cancel request that lands between statements
+    # is in the segment the server executes the server is asked to cancel it, off the caller's
+    # path (see #cancel_abandoned). PostgreSQL cancels whatever the connection runs when the
+    # request lands, which may be another caller's statement; so every statement in flight
+    # meanwhile is marked exposed, and an exposed statement that comes back cancelled is sent
+    # again instead of failing (its segment's transaction was rolled back, so it runs once in
+    # effect). PostgreSQL drops a cancel request that lands between statements
     # (it clears a pending cancel before each protocol message), so statements sent after the
     # request was delivered are safe.
     #
