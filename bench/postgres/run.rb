@@ -43,13 +43,13 @@ markdown = <<~MARKDOWN
 
   - **`select 1`, pipelined vs not.** Not pipelined, at most 4 statements are in flight (one per
     connection), so throughput is 4 / round trip. Pipelined, ~25 per connection are in flight and
-    the limit becomes the Ruby process's CPU: `pg` and libpq cost about 17 µs per statement
-    (result objects for the statement and its sync point), which caps one Ruby thread near
-    55,000 statements/s on this machine (a bare single-fiber `pg` pipeline loop measured 53,500).
-    The 5x target is not met here: on loopback with PostgreSQL on the same two cores the round
-    trip is short (~240 µs under load), so the not-pipelined baseline is already 16-28k/s. The
-    ratio grows with the round trip (a database on another host), which this machine cannot show
-    without adding latency to loopback for every process on it.
+    the limit becomes the Ruby process's CPU: about 12 µs per statement, of which `pg`, libpq and
+    their malloc are about a fifth and Weft's own Ruby (pool, pipeline, condition variables,
+    reactor) with the GC about three fifths (see "Where the time goes" in
+    bench/results/postgres.md, measured with bench/postgres/pool_profile.rb). PostgreSQL shares
+    the two cores. The ratio to the not-pipelined pool grows with the round trip (a database on
+    another host), which this machine cannot show without adding latency to loopback for every
+    process on it.
   - **Through the server.** With the same 32 database connections for every server, a cell is
     bounded by the long statements whenever they occupy every connection: at most
     32 / 0.2 s × N requests/s (800 at N=5, 1,600 at N=10, 3,200 at N=20), and at concurrency 10 by

@@ -70,6 +70,42 @@ class PostgresPoolTest < Minitest::Test
     reactor { assert_equal "ok", db.query("select 'ok'").getvalue(0, 0) }
   end
 
+  # Statements that go out together share a sync point, so PostgreSQL runs them as one
+  # transaction: a failing one rolls back the others. Those run again, each committed once.
+  def test_statements_rolled_back_with_a_failing_one_are_committed_exactly_once
+    db = pool(limit: 1) # every statement on one connection, many in each segment
+    table = "weft_segment_rollback_#{Process.pid}"
+    outcomes, ids = reactor do
+      db.query("create table #{table} (id int primary key)")
+      tasks = Array.new(60) do |i|
+        Weft.spawn do
+          i % 5 == 2 ? db.query("select 1 / ($1::int - $1::int)", i) : db.query("insert into #{table} values ($1)", i)
+          :ok
+        rescue PG::Error => e
+          e.class
+        end
+      end
+      [Weft.gather(tasks), db.query("select id from #{table} order by id").column_values(0).map(&:to_i)]
+    ensure
+      db.query("drop table if exists #{table}")
+    end
+    assert_equal Array.new(60) { |i| i % 5 == 2 ? PG::DivisionByZero : :ok }, outcomes
+    # A primary key: an insert committed twice would have failed its caller instead.
+    assert_equal (0...60).reject { |i| i % 5 == 2 }, ids
+    assert_operator db.statistics[:max_depth], :>, 1, "statements were not pipelined"
+  end
+
+  # VACUUM cannot run in a transaction with other statements: sent with others, it fails, and
+  # is sent again in a segment of its own.
+  def test_a_statement_that_cannot_share_a_transaction_runs_in_one_of_its_own
+    db = pool(limit: 1)
+    statuses = reactor do
+      Weft.gather(Array.new(30) { |i| Weft.spawn { (i == 20 ? db.query("vacuum pg_am") : db.query("select $1::int", i)).cmd_status } })
+    end
+    assert_equal Array.new(30) { |i| i == 20 ? "VACUUM" : "SELECT 1" }, statuses
+    assert_operator db.statistics[:max_depth], :>, 1, "statements were not pipelined"
+  end
+
   def test_in_flight_depth_is_bounded
     db = pool(limit: 1, pipeline_depth: 3)
     seen = []

@@ -13,26 +13,36 @@ module Weft
   module Postgres
     # Drives one shared connection in libpq pipeline mode.
     #
-    # Callers #submit a statement (buffered by libpq and flushed at once, without waiting for
-    # earlier answers) and then #await its outcome. Every statement is followed by its own sync
-    # point, so each runs in its own implicit transaction and an error aborts the pipeline only
-    # up to that sync: the failing statement's caller gets the error, the next statement runs
-    # normally.
+    # Callers #submit a statement (buffered by libpq, without waiting for earlier answers) and
+    # then #await its outcome. Under Weft the statements submitted during one turn of the reactor
+    # go out as one segment: one write, one sync point after the last of them. PostgreSQL answers
+    # a segment in one write too, and runs it as one implicit transaction, so one sync per
+    # statement (which the server commits and flushes separately) would cost the server and this
+    # process several times as much per statement. Elsewhere (plain threads) every statement is
+    # a segment of its own.
+    #
+    # A statement is settled when its segment's sync point comes back: only then is it
+    # committed. When a statement of a segment fails, PostgreSQL rolls the segment back and
+    # skips the statements after it (pipeline abort), so the failure would reach statements of
+    # other callers. Those are sent again instead (they had no effect; see #settle_segment), and
+    # only the failing statement's caller gets the error. An error that comes from sharing a
+    # transaction with others (a deadlock, a lock timeout, a statement that cannot run in a
+    # transaction block) is not the statement's own: it is sent again in a segment of its own.
     #
     # There is no background reader. Whichever waiter finds nobody reading becomes the reader:
-    # it reads results in order, settles each request at its sync point and wakes that request's
-    # waiter, and when its own request is settled (or it is cancelled) it hands the role to the
+    # it reads results in order, settles the requests of each segment at its sync point and wakes
+    # their waiters, and when its own request is settled (or it is cancelled) it hands the role to the
     # next waiter. A connection nobody waits on is not read at all, so a pool never keeps a
     # reactor alive.
     #
     # A caller that leaves before its statement is settled (its deadline passed, its task was
     # cancelled) abandons it: the result is thrown away when it arrives, and once the statement
-    # is the one the server executes (the head of the queue) the server is asked to cancel it,
-    # off the caller's path (see #cancel_abandoned). PostgreSQL cancels whatever the connection
-    # runs when the request lands, which may already be the next caller's statement; so every
-    # statement in flight meanwhile is marked exposed, and an exposed statement that comes back
-    # cancelled is sent again instead of failing (its implicit transaction was rolled back, so
-    # it runs once in effect). PostgreSQL drops a cancel request that lands between statements
+    # is in the segment the server executes the server is asked to cancel it, off the caller's
+    # path (see #cancel_abandoned). PostgreSQL cancels whatever the connection runs when the
+    # request lands, which may be another caller's statement; so every statement in flight
+    # meanwhile is marked exposed, and an exposed statement that comes back cancelled is sent
+    # again instead of failing (its segment's transaction was rolled back, so it runs once in
+    # effect). PostgreSQL drops a cancel request that lands between statements
     # (it clears a pending cancel before each protocol message), so statements sent after the
     # request was delivered are safe.
     #
@@ -47,6 +57,14 @@ module Weft
       CANCEL_REPEAT = 0.5
       # SQLSTATE query_canceled: a cancel request (or statement_timeout) ended the statement.
       QUERY_CANCELED = "57014"
+      # Result statuses of a statement that ran to its end.
+      SUCCEEDED = [PG::PGRES_TUPLES_OK, PG::PGRES_COMMAND_OK, PG::PGRES_EMPTY_QUERY].freeze
+      # SQLSTATEs (or their classes) of errors a statement meets only because its segment ran
+      # as one transaction with other callers' statements: transaction rollback (deadlock,
+      # serialization failure), invalid transaction state ("cannot run inside a transaction
+      # block" or "... within a pipeline", e.g. VACUUM), lock not available (locks held until
+      # the segment ends). Such a statement is sent again in a segment of its own.
+      SHARING_ERRORS = %w[40 25 55P03].freeze
       # libpq 17 can mark a sync point without flushing; older libpq flushes with it (which,
       # on a nonblocking connection, never waits).
       SEND_SYNC = PG::Connection.method_defined?(:send_pipeline_sync) ? :send_pipeline_sync : :sync_pipeline_sync
@@ -65,23 +83,24 @@ module Weft
         @lock = lock
         @owner = owner
         @address = address
-        @queue = []    # requests sent and not yet settled, in send order
-        @waiters = []  # condition variables of the callers waiting here, in arrival order
+        @queue = []    # requests sent whose results are not all in yet, in send order
+        @segment = []  # requests whose results are in, waiting for their segment's sync point
+        @unsynced = 0  # requests sent since the last sync point (the segment being built)
+        @clean = true  # every result of the segment being read so far succeeded
+        # Condition variables of the callers waiting here, in arrival order (a Hash: callers
+        # leave from anywhere in the line, and deleting from an Array would cost its length).
+        @waiters = {}.compare_by_identity
         @reader = nil  # the condition variable of the waiter currently reading
         @cancelling = false # a cancel request is on its way to the server: send nothing new
         @tidying = false    # a background task is cancelling abandoned statements
+        @abandoned = 0      # abandoned statements in flight
         @draining = false
         @flush_scheduled = false
       end
 
       # @return [Integer] statements in flight
       def depth
-        @queue.size
-      end
-
-      # @return [Boolean] no new statements may be sent (a cancel request is on its way)
-      def fenced?
-        @cancelling
+        @queue.size + @segment.size
       end
 
       # Set by the pool when a caller waits to pin this connection: no new statements are
@@ -98,20 +117,31 @@ module Weft
         !@reader.nil?
       end
 
-      # How long the statement at the head has been running, in seconds (0 when empty). A
-      # pipeline whose head runs long holds up everything behind it; the pool avoids it.
-      def head_age(now = Timers.now)
-        head = @queue.first
-        head ? now - head.sent_at : 0.0
+      # How much a new statement would wait here, for the pool to choose the least loaded
+      # pipeline: the statements in flight, plus `limit` when the oldest of them has waited
+      # longer than `stall_after` seconds (a pipeline whose head runs long holds up everything
+      # behind it). One call per pipeline and choice, as the pool makes a choice per statement.
+      # @return [Integer, nil] nil when it takes no statement now: `limit` in flight, draining,
+      #   or fenced (a cancel request is on its way)
+      def load(now, limit, stall_after)
+        return nil if @cancelling || @draining
+        depth = @queue.size + @segment.size
+        return nil if depth >= limit
+        head = @segment.first || @queue.first
+        head && now - head.sent_at > stall_after ? depth + limit : depth
       end
 
-      # Hands a statement to libpq with its own sync point and tries to send it at once.
+      # Hands a statement to libpq and sends it with the others submitted in this turn of the
+      # reactor (at once outside Weft). A request marked `alone` gets a segment of its own.
       # @raise [PG::Error] when libpq refuses it (nothing is queued then)
       def submit(request)
+        sync if request.alone && @unsynced.positive?
         @raw.send_query_params(request.sql, request.params)
-        @raw.__send__(SEND_SYNC)
         request.sent_at = Timers.now
+        request.segment_end = false
         @queue << request
+        @unsynced += 1
+        sync if request.alone
         schedule_flush
       rescue PG::Error, IOError, SystemCallError => e
         raise e unless @raw.status != PG::CONNECTION_OK || @queue.include?(request)
@@ -142,13 +172,27 @@ module Weft
       private
 
       def idle?
-        @queue.empty? && !@cancelling
+        @queue.empty? && @segment.empty? && !@cancelling
+      end
+
+      # Ends the segment being built with a sync point.
+      def sync
+        @raw.__send__(SEND_SYNC)
+        @queue.last.segment_end = true
+        @unsynced = 0
+      end
+
+      # Closes the segment being built and writes what libpq holds.
+      # @return [Boolean] whether everything was written
+      def flush
+        sync if @unsynced.positive?
+        @raw.flush
       end
 
       # Under Weft, statements submitted during one turn of the reactor go out together: the
       # first schedules a flush for the end of the turn (a timer callback in the loop fiber,
-      # which never waits), so many fibers' statements cost one write. Elsewhere (plain
-      # threads) each submit flushes at once.
+      # which never waits), so many fibers' statements cost one write and one sync point.
+      # Elsewhere (plain threads) each submit flushes at once.
       def schedule_flush
         return if @flush_scheduled
         scheduler = Weft.scheduler
@@ -156,7 +200,7 @@ module Weft
           @flush_scheduled = true
           scheduler.timers.after(0) { deferred_flush }
         else
-          @raw.flush
+          flush
         end
       end
 
@@ -164,7 +208,7 @@ module Weft
         return unless @lock.try_lock # a thread holds it: the reader flushes on its next turn
         begin
           @flush_scheduled = false
-          @raw.flush unless @raw.finished?
+          flush unless @raw.finished?
         rescue PG::Error, IOError, SystemCallError
           nil # the reader meets the same failure and fails the statements in flight
         ensure
@@ -176,12 +220,12 @@ module Weft
       # @param deadline [Deadline, nil] when to give up
       # @return [Boolean] false if the deadline passed first
       def wait_for(condition, deadline = nil)
-        @waiters << condition
+        @waiters[condition] = true
         until yield
           return false if deadline&.expired?
           # With nothing in flight there is nothing to read: a cancel request is under way, and
           # its end wakes every waiter.
-          if @reader || @queue.empty?
+          if @reader || in_flight_none?
             condition.wait(@lock, deadline&.remaining)
           else
             lead(condition, deadline) { yield }
@@ -192,7 +236,16 @@ module Weft
         @waiters.delete(condition)
         # Pass the reader role on. The waiter a leaving reader signalled may have been settled
         # in the same batch and be leaving too; then it passes the role on here, and so on.
-        @waiters.first&.signal unless @reader
+        first_waiter&.signal unless @reader
+      end
+
+      def first_waiter
+        @waiters.each_key { |waiter| return waiter }
+        nil
+      end
+
+      def in_flight_none?
+        @queue.empty? && @segment.empty?
       end
 
       # Reads results until the block is true (or the deadline passes), as the connection's
@@ -201,10 +254,10 @@ module Weft
         @reader = condition
         until yield
           @flush_scheduled = false
-          events = @raw.flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
+          events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
           settle_ready
           # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
-          break if yield || @queue.empty? || deadline&.expired?
+          break if yield || in_flight_none? || deadline&.expired?
           wait_socket(events, deadline&.remaining)
           @raw.consume_input
         end
@@ -213,8 +266,11 @@ module Weft
       ensure
         @reader = nil
         @owner.connection_lost(self) if @connection.broken? # see #lost
-        successor = @waiters.find { |waiter| !waiter.equal?(condition) }
-        successor&.signal
+        @waiters.each_key do |waiter|
+          next if waiter.equal?(condition)
+          waiter.signal
+          break
+        end
       end
 
       def wait_socket(events, timeout)
@@ -222,41 +278,100 @@ module Weft
         @owner.unlocked { io.wait(events, timeout) }
       end
 
-      # Takes every result libpq has complete without waiting and settles finished requests.
+      # Takes every result libpq has complete without waiting, and settles the statements of
+      # each segment whose sync point came back.
       def settle_ready
-        while (request = @queue.first) && !@raw.is_busy
+        until (@queue.empty? && @segment.empty?) || @raw.is_busy
           result = @raw.sync_get_result
-          if result.nil?
-            next # end of this statement's results; its sync point follows
-          elsif result.result_status == PG::PGRES_PIPELINE_SYNC
-            @queue.shift
-            finish(request)
-          else
+          if result.nil? # the end of the head statement's results
+            next if @queue.empty?
+            request = @queue.shift
+            @clean = false if request.result.nil?
+            @segment << request
+            next
+          end
+          status = result.result_status
+          if status == PG::PGRES_PIPELINE_SYNC
+            settle_segment
+          elsif (request = @queue.first)
             request.result ? result.clear : request.result = result
+            next if SUCCEEDED.include?(status)
+            @clean = false
             raise PG::ConnectionBad, result.error_message if @raw.status != PG::CONNECTION_OK
           end
         end
       end
 
-      # A request reached its sync point: hand its outcome to its caller (or send it again if a
-      # cancel request meant for another statement ended it), then see to what follows.
-      def finish(request)
-        if request.exposed? && !request.abandoned? && cancelled?(request.result)
-          request.result.clear
-          resend(request)
-        else
-          deliver(request)
+      # A segment's sync point came back: its statements are committed, or, if one failed,
+      # rolled back (the failing one and those before it) or skipped (those after it). The
+      # failing statement's caller gets the error; the others are sent again, in a later
+      # segment. Then sees to what follows.
+      def settle_segment
+        segment = @segment
+        @segment = []
+        clean = @clean
+        @clean = true
+        clean ? settle_committed(segment) : settle_failed(segment)
+        in_flight_none? ? release_if_idle : cancel_abandoned_head
+      end
+
+      # Every statement of the segment succeeded: each caller gets its result.
+      def settle_committed(segment)
+        segment.each do |request|
+          if request.abandoned?
+            request.result.clear
+            @abandoned -= 1
+          end
+          request.settle
           @owner.slot_freed(self)
         end
-        @queue.empty? ? release_if_idle : cancel_abandoned_head
+      end
+
+      # A statement of the segment failed (or came without a result): sorts out who gets an
+      # error and who is sent again.
+      def settle_failed(segment)
+        failed = segment.size > 1
+        segment.each do |request|
+          if request.abandoned?
+            request.result&.clear
+            request.settle
+            @abandoned -= 1
+          elsif retry?(request, failed, segment.size)
+            request.result&.clear
+            resend(request)
+            next
+          else
+            deliver(request)
+          end
+          @owner.slot_freed(self)
+        end
+      end
+
+      # Whether a statement is to be sent again rather than answered: it was rolled back or
+      # skipped because another statement of its segment failed, or it failed because of what
+      # it shared (a cancel request meant for another statement, or a transaction with others).
+      def retry?(request, segment_failed, segment_size)
+        result = request.result
+        return true if request.exposed? && cancelled?(result)
+        return segment_failed unless failed?(result)
+        return false unless segment_size > 1 && from_sharing?(result)
+
+        request.alone = true
+      end
+
+      def failed?(result)
+        !result.nil? && result.result_status == PG::PGRES_FATAL_ERROR
+      end
+
+      # An error that a statement can meet only because it shared a transaction with others.
+      def from_sharing?(result)
+        code = result.error_field(PG::PG_DIAG_SQLSTATE).to_s
+        SHARING_ERRORS.any? { |prefix| code.start_with?(prefix) }
       end
 
       def deliver(request)
         result = request.result
-        if request.abandoned?
-          result&.clear
-          request.settle
-        elsif result.nil?
+        if result.nil?
           request.settle(MissingResult.new("PostgreSQL returned no result for: #{request.sql}"))
         else
           begin
@@ -273,10 +388,14 @@ module Weft
           result.error_field(PG::PG_DIAG_SQLSTATE) == QUERY_CANCELED
       end
 
-      # Sends a request again at the end of the queue (its caller keeps waiting for it).
+      # Sends a request again at the end of the queue (its caller keeps waiting for it). One
+      # rolled back with others more than once gets a segment of its own, so that it cannot be
+      # held up for ever by statements of other callers that keep failing.
       def resend(request)
         request.result = nil
         request.exposed = @cancelling
+        request.resent += 1
+        request.alone = true if request.resent > 1
         submit(request)
       rescue PG::Error => e # ConnectionError included: everything in flight failed with it
         request.settle(e) unless request.settled?
@@ -292,19 +411,17 @@ module Weft
       # one arrived first, e.g. "terminating connection due to administrator command").
       def lost(error)
         @connection.broken!
-        failed = @queue
+        failed = @segment + @queue
         @queue = []
+        @segment = []
+        @unsynced = 0
+        @abandoned = 0
+        @clean = true
         message = lost_message(error)
         failed.each do |request|
-          server_error = begin
-            request.result&.check
-            nil
-          rescue PG::Error => e
-            e
-          end
-          request.settle(server_error || ConnectionError.new(message))
+          request.settle(server_error(request.result) || ConnectionError.new(message))
         end
-        @waiters.each(&:signal)
+        @waiters.each_key(&:signal)
         if @reader
           # A reader waiting on the socket would never hear of its closing (libpq closes the
           # descriptor underneath Ruby): shut the socket down so that it wakes; it gives the
@@ -313,6 +430,15 @@ module Weft
         else
           @owner.connection_lost(self)
         end
+      end
+
+      # The error a failed result carries (nil for any other result, a skipped one included).
+      def server_error(result)
+        return nil unless failed?(result)
+        result.check
+        nil
+      rescue PG::Error => e
+        e
       end
 
       def shut_socket
@@ -326,26 +452,42 @@ module Weft
           "#{error.message.strip} (#{error.class})"
       end
 
-      # Called as an interrupted waiter leaves; the statement stays in the queue until its sync
-      # point comes back.
+      # Called as an interrupted waiter leaves; the statement stays in flight until its
+      # segment's sync point comes back.
       def abandon(request)
         request.abandon
+        @abandoned += 1
         cancel_abandoned_head
       end
 
-      # If the statement at the head of the queue (the one the server runs now) was abandoned,
-      # starts a background task that cancels it on the server, unless one is at work already.
+      # If a statement of the segment the server runs now (the first whose results are not in)
+      # was abandoned, starts a background task that cancels it on the server, unless one is at
+      # work already. PostgreSQL sends a segment's results only at its sync point, so which of
+      # its statements runs cannot be told: the cancel request may end another one, which is
+      # then sent again (every statement in flight is exposed to it, see #send_cancel), as are
+      # the others of the segment, rolled back with it.
       def cancel_abandoned_head
-        return if @tidying || !@queue.first&.abandoned?
+        return if @tidying || @abandoned.zero? || !abandoned_running
         @tidying = true
         Background.run("weft-postgres cancel") { @lock.synchronize { cancel_abandoned } }
       end
 
-      # In the background task: while the head is abandoned, has it cancelled. If the server
-      # does not end it within CANCEL_GRACE, the connection is given up.
+      # @return [Request, nil] an abandoned statement of the segment the server runs now,
+      #   whose result is not in
+      def abandoned_running
+        @queue.each do |request|
+          return request if request.abandoned? && request.result.nil?
+          break if request.segment_end
+        end
+        nil
+      end
+
+      # In the background task: while the segment the server runs has an abandoned statement,
+      # has it cancelled. If the server does not end it within CANCEL_GRACE, the connection is
+      # given up.
       def cancel_abandoned
-        while (head = @queue.first)&.abandoned?
-          next if cancel_until_settled(head)
+        while (target = abandoned_running)
+          next if cancel_until_ended(target)
 
           lost(Unresponsive.new("a cancelled statement did not end within #{CANCEL_GRACE}s"))
         end
@@ -354,17 +496,16 @@ module Weft
       end
 
       # Asks the server to cancel the statement (again every CANCEL_REPEAT seconds) and reads,
-      # if nobody else does, until it is settled. A statement whose result has arrived ran to
-      # its end: it is not cancelled, only awaited.
-      # @return [Boolean] false if it was not settled within CANCEL_GRACE
-      def cancel_until_settled(head)
+      # if nobody else does, until its result is in (it is settled with its segment). A
+      # statement whose result has arrived ran to its end: it is not cancelled.
+      # @return [Boolean] false if it had not ended within CANCEL_GRACE
+      def cancel_until_ended(target)
         give_up = Deadline.after(CANCEL_GRACE)
-        until head.settled?
+        ended = -> { target.settled? || !target.result.nil? || @segment.include?(target) }
+        until ended.call
           return false if give_up.expired?
-          send_cancel(head) if head.result.nil?
-          wait_for(Thread::ConditionVariable.new, Deadline.earliest(Deadline.after(CANCEL_REPEAT), give_up)) do
-            head.settled?
-          end
+          send_cancel(target)
+          wait_for(Thread::ConditionVariable.new, Deadline.earliest(Deadline.after(CANCEL_REPEAT), give_up), &ended)
         end
         true
       end
@@ -380,7 +521,7 @@ module Weft
           @cancelling = false
         end
         @owner.pipeline_reopened(self)
-        @waiters.each(&:signal) # a drain waiting for the cancel request to be delivered
+        @waiters.each_key(&:signal) # a drain waiting for the cancel request to be delivered
         release_if_idle
       end
 

@@ -157,20 +157,11 @@ module Weft
             conn.exec_params(sql, params)
           end
         end
+        # One turn of the lock either takes a free connection (then the statement runs on it
+        # outside the lock) or pipelines the statement.
         interruptible(AT_WAITS) do
-          connection = synchronize { take_unpressed }
-          return run_alone(connection, sql, params) if connection
-        end
-
-        request = Request.new(sql, params)
-        synchronize do
-          pipeline = shared_pipeline
-          pipeline.submit(request)
-          @queries += 1
-          @pipelined_queries += 1
-          depth = pipeline.depth
-          @max_depth = depth if depth > @max_depth
-          pipeline.await(request)
+          outcome = locked { take_unpressed || pipelined(sql, params) }
+          outcome.is_a?(Connection) ? run_alone(outcome, sql, params) : outcome
         end
       end
 
@@ -459,6 +450,18 @@ module Weft
         connection
       end
 
+      # Sends the statement down a shared connection and waits for its result (under the lock).
+      def pipelined(sql, params)
+        request = Request.new(sql, params)
+        pipeline = shared_pipeline
+        pipeline.submit(request)
+        @queries += 1
+        @pipelined_queries += 1
+        depth = pipeline.depth
+        @max_depth = depth if depth > @max_depth
+        pipeline.await(request)
+      end
+
       def run_alone(connection, sql, params)
         clean = false
         result = interruptible(ANYWHERE) { connection.raw.exec_params(sql, params) }
@@ -541,9 +544,7 @@ module Weft
         best_load = nil
         @shared.each do |connection|
           pipeline = connection.pipeline
-          next if pipeline.fenced? || pipeline.draining? || pipeline.depth >= @pipeline_depth
-          load = pipeline.depth
-          load += @pipeline_depth if pipeline.head_age(now) > STALL_AFTER
+          load = pipeline.load(now, @pipeline_depth, STALL_AFTER) or next
           if best.nil? || load < best_load
             best = pipeline
             best_load = load

@@ -22,6 +22,13 @@ module Weft
       #   statement was on its way to the server (so a cancellation it meets may not be its own)
       attr_accessor :exposed
       alias exposed? exposed
+      # @return [Boolean] whether it must be sent in a segment of its own (no other statement
+      #   in its transaction)
+      attr_accessor :alone
+      # @return [Boolean] whether a sync point followed it (it ends its segment)
+      attr_accessor :segment_end
+      # @return [Integer] how often it was sent again because its segment was rolled back
+      attr_accessor :resent
 
       def initialize(sql, params)
         @sql = sql
@@ -30,6 +37,9 @@ module Weft
         @sent_at = nil
         @result = nil
         @exposed = false
+        @alone = false
+        @segment_end = false
+        @resent = 0
         @settled = false
         @error = nil
         @abandoned = false

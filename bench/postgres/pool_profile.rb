@@ -1,0 +1,116 @@
+# frozen_string_literal: true
+
+# Where the time of a pipelined statement goes: the Weft half of pool_bench.rb (`select 1` from
+# 100 fibers over 4 connections, pipelined) alone, with per-statement figures.
+#
+#   bundle exec ruby bench/postgres/pool_profile.rb [seconds]          # statements/s, CPU, allocations
+#   strace -c -f -o trace.txt bundle exec ruby bench/postgres/pool_profile.rb 5 # + syscalls
+#   perf record -g bundle exec ruby bench/postgres/pool_profile.rb 5            # + C-level profile
+#   WEFT_STACKPROF=out.dump bundle exec ruby bench/postgres/pool_profile.rb 5   # + Ruby-level profile
+#   WEFT_COUNT=1 bundle exec ruby bench/postgres/pool_profile.rb 5               # + events per statement
+#
+# Prints statements/s, CPU microseconds of this process per statement (user and system: the
+# pool, pg, libpq, the reactor, the kernel's socket work; PostgreSQL's own work is in other
+# processes), objects allocated per statement, GC runs, and the pool's pipelining counters.
+# With WEFT_STACKPROF set it samples the measured seconds with stackprof (which must be
+# installed: `gem install stackprof`; it is not in the bundle) and writes the dump there.
+# With WEFT_COUNT set it counts, per statement, fiber switches and calls of the reactor's and
+# pg's methods that a statement's trip goes through (TracePoints slow the run down; the counts
+# are what matters). DATABASE_URL picks the server (a private throwaway cluster otherwise, see support.rb).
+
+require_relative "support"
+require_relative "pool_bench"
+
+module PostgresBench
+  # The profiled run.
+  module PoolProfile
+    # Methods whose calls WEFT_COUNT counts: [owner, name].
+    COUNTED = [
+      %w[Weft::Scheduler io_wait], %w[Weft::Scheduler wake],
+      %w[PG::Connection flush], %w[PG::Connection sync_flush], %w[PG::Connection consume_input],
+      %w[PG::Connection is_busy], %w[PG::Connection sync_get_result],
+      %w[Weft::Postgres::Pipeline sync], %w[Weft::Postgres::Pipeline lead],
+    ].freeze
+
+    module_function
+
+    def run(seconds)
+      pool = Weft::Postgres::Pool.new(PostgresBench.database[:url], limit: PoolBench::CONNECTIONS)
+      count = 0
+      figures = nil
+      counts = nil
+      Weft.run do
+        deadline = nil
+        measuring = false
+        workers = Array.new(PoolBench::FIBERS) do
+          Weft.spawn do
+            until deadline && PostgresBench.now >= deadline
+              pool.query("select 1")
+              count += 1 if measuring
+            end
+          end
+        end
+        sleep 1 # warm-up
+        before = snapshot
+        count = 0
+        measuring = true
+        deadline = PostgresBench.now + seconds
+        counts = counted { profiled { Weft.gather(workers) } }
+        figures = delta(before, snapshot)
+      end
+      report(count, figures, pool.statistics) + counts.map { |name, n| format("%-30s %.2f per statement\n", name, n.to_f / count) }.join
+    ensure
+      pool&.close
+    end
+
+    def snapshot
+      times = Process.times
+      { wall: PostgresBench.now, cpu_user: times.utime, cpu_system: times.stime,
+        allocated: GC.stat(:total_allocated_objects), gc: GC.stat(:count), minor: GC.stat(:minor_gc_count) }
+    end
+
+    def delta(before, after)
+      after.to_h { |key, value| [key, value - before[key]] }
+    end
+
+    def profiled(&block)
+      path = ENV["WEFT_STACKPROF"]
+      return yield unless path
+      require "stackprof"
+      StackProf.run(mode: :cpu, interval: 200, raw: true, out: path, &block)
+    end
+
+    # Runs the block counting fiber switches and calls of COUNTED (when WEFT_COUNT is set).
+    # @return [Hash] name => count
+    def counted
+      return [yield, {}].last unless ENV["WEFT_COUNT"]
+      counts = Hash.new(0)
+      wanted = COUNTED.to_h { |owner, name| [[Object.const_get(owner), name.to_sym], "#{owner}##{name}"] }
+      points = [
+        TracePoint.new(:fiber_switch) { counts["fiber switches"] += 1 },
+        TracePoint.new(:call, :c_call) do |trace|
+          name = wanted[[trace.defined_class, trace.method_id]]
+          counts[name] += 1 if name
+        end,
+      ]
+      points.each(&:enable)
+      yield
+      counts
+    ensure
+      points&.each(&:disable)
+    end
+
+    def report(count, figures, statistics)
+      per = ->(value) { format("%.2f", value * 1e6 / count) }
+      <<~TEXT
+        statements: #{count} in #{format('%.2f', figures[:wall])} s = #{PostgresBench.format_number(count / figures[:wall])}/s
+        CPU per statement (µs): user #{per[figures[:cpu_user]]}, system #{per[figures[:cpu_system]]}
+        objects allocated per statement: #{format('%.1f', figures[:allocated].to_f / count)}
+        GC runs: #{figures[:gc]} (#{figures[:minor]} minor)
+        pool: #{statistics.slice(:queries, :pipelined, :max_depth, :connects).map { |k, v| "#{k}=#{v}" }.join(' ')}
+      TEXT
+    end
+  end
+end
+
+puts PostgresBench::PoolProfile.run(Integer(ARGV.fetch(0, 5))) if $PROGRAM_NAME == __FILE__
