@@ -165,7 +165,7 @@ module Weft
       if list.empty?
         @lists.delete(list.duration)
         remove_list(list)
-      elsif was_first
+      elsif was_first && @heap.size > 1
         sift_down(list.index) # the list's deadline moved later
       end
     end
