@@ -1,10 +1,14 @@
 # frozen_string_literal: true
 
-# Weft vs Puma vs Falcon, side by side in one run, with load from wrk and ab:
+# Weft vs Puma, Falcon, Iodine (C) and Itsi (Rust), side by side in one run, with load from wrk
+# and ab:
 #
 #   bundle exec ruby bench/server.rb            (BENCH_DURATION=10 seconds per wrk run)
+#   PATH=~/.cache/weft/rubies/ruby-3.3/bin:$PATH RUBY_YJIT_ENABLE=1 bundle exec ruby bench/server.rb
+#                                               (Ruby 3.3 + YJIT; its extension built first, see bin/setup)
 #
-# Scenarios (all servers: one process, same app bench/server/app.ru, RACK_ENV=production):
+# Scenarios (all servers: one process, same app bench/server/app.ru, RACK_ENV=production; Iodine
+# and Itsi with one Ruby thread for hello world, their best there, and 16 for the I/O-bound rows):
 #   hello world, 50 and 256 connections   wrk -t1 -cN -dD /
 #   sleep 10 ms, 256 connections          wrk -t1 -c256 -dD /sleep
 #   10 x select pg_sleep(1)               ab -c10 -n10 /pg   (private PostgreSQL cluster)
@@ -30,22 +34,45 @@ module ServerBench
   DURATION = Integer(ENV.fetch("BENCH_DURATION", "10"))
   IDLE_CONNECTIONS = Integer(ENV.fetch("BENCH_IDLE", "10000"))
   ROUNDS = Integer(ENV.fetch("BENCH_ROUNDS", "2"))
+  # Which servers each kind of row compares: Iodine and Itsi run the app on Ruby threads,
+  # one is their fastest for hello world, and 16 let I/O-bound requests overlap.
+  HELLO_SERVERS = ["weft", "puma", "falcon", "iodine -t 1", "itsi -t 1"].freeze
+  IO_SERVERS = ["weft", "puma", "falcon", "iodine -t 16", "itsi -t 16"].freeze
   THROUGHPUT = [
-    ["hello, 50 connections", "/", 50],
-    ["hello, 256 connections", "/", 256],
-    ["sleep 10 ms, 256 connections", "/sleep", 256]
+    ["hello, 50 connections", "/", 50, HELLO_SERVERS],
+    ["hello, 256 connections", "/", 256, HELLO_SERVERS],
+    ["sleep 10 ms, 256 connections", "/sleep", 256, IO_SERVERS]
   ].freeze
-  RAW = File.join(ROOT, "bench/results/server.raw")
-  REPORT = File.join(ROOT, "bench/results/server.md")
+  # Ruby 3.1 writes server.md; another Ruby (bin/test --ruby 3.3's, with RUBY_YJIT_ENABLE=1)
+  # writes server-ruby-3.3.md beside it.
+  SUFFIX = RUBY_VERSION.start_with?("3.1.") ? "" : "-ruby-#{RUBY_VERSION[/\A\d+\.\d+/]}"
+  RAW = File.join(ROOT, "bench/results/server#{SUFFIX}.raw")
+  REPORT = File.join(ROOT, "bench/results/server#{SUFFIX}.md")
 
-  # How each server is started: one process each, Puma with 5 threads.
+  # How each server is started: one process each, Puma with 5 threads. Itsi runs in a directory
+  # of its own, whose Itsi.rb raises its request backlog: by default (30 per thread) it answers
+  # 503 to most requests once more than 30 wait, which wrk's 50 connections do.
+  ITSI_DIR = File.join(ROOT, "tmp", "bench-itsi")
+  ITSI_CONFIG = "ruby_thread_request_backlog_size 4096\n"
   SERVERS = {
     "weft" => ->(port) { [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", APP, "-o", "127.0.0.1", "-p", port.to_s, "-w", "0", "-q"] },
     "puma" => ->(port) { [RbConfig.ruby, Gem.bin_path("puma", "puma"), "-w", "0", "-t", "5:5", "-b", "tcp://127.0.0.1:#{port}", "-e", "production", "-q", APP] },
-    "falcon" => ->(port) { [RbConfig.ruby, Gem.bin_path("falcon", "falcon"), "serve", "--forked", "-n", "1", "-b", "http://127.0.0.1:#{port}", "-c", APP] }
+    "falcon" => ->(port) { [RbConfig.ruby, Gem.bin_path("falcon", "falcon"), "serve", "--forked", "-n", "1", "-b", "http://127.0.0.1:#{port}", "-c", APP] },
+    "iodine -t 1" => ->(port) { iodine(port, 1) },
+    "itsi -t 1" => ->(port) { itsi(port, 1) },
+    "iodine -t 16" => ->(port) { iodine(port, 16) },
+    "itsi -t 16" => ->(port) { itsi(port, 16) }
   }.freeze
 
   module_function
+
+  def iodine(port, threads)
+    [RbConfig.ruby, Gem.bin_path("iodine", "iodine"), "-w", "1", "-t", threads.to_s, "-b", "127.0.0.1", "-p", port.to_s, APP]
+  end
+
+  def itsi(port, threads)
+    [RbConfig.ruby, Gem.bin_path("itsi-server", "itsi"), "-w", "1", "-t", threads.to_s, "-r", APP, "-b", "http://127.0.0.1:#{port}"]
+  end
 
   def run
     raise "wrk and ab are needed: apt-get install -y wrk apache2-utils" unless tool?("wrk") && tool?("ab")
@@ -61,9 +88,9 @@ module ServerBench
       running.each { |name, (port, pid)| log "== #{name} (pid #{pid}, port #{port})"; wrk(port, "/", 10, 2) } # warm-up
       # Each throughput figure is the better of two runs, the servers taking turns in
       # alternating order, so that drift in the shared machine's load hits all of them alike.
-      THROUGHPUT.each do |title, path, connections|
+      THROUGHPUT.each do |title, path, connections, servers|
         ROUNDS.times do |round|
-          order = round.even? ? running.keys : running.keys.reverse
+          order = round.even? ? servers : servers.reverse
           order.each do |name|
             row = wrk(running[name][0], path, connections, DURATION)
             best = results[title][name]
@@ -71,8 +98,8 @@ module ServerBench
           end
         end
       end
-      running.each { |name, (port, _)| results["10 x pg_sleep(1), ab -c10 -n10"][name] = ab_pg(port) }
-      running.each { |name, (port, pid)| results["10,000 idle keep-alive connections"][name] = idle_rss(port, pid) }
+      IO_SERVERS.each { |name| results["10 x pg_sleep(1), ab -c10 -n10"][name] = ab_pg(running[name][0]) }
+      %w[weft puma falcon].each { |name| results["10,000 idle keep-alive connections"][name] = idle_rss(*running[name]) }
     end
     write_report(results, limit)
     puts File.read(REPORT)
@@ -94,9 +121,12 @@ module ServerBench
   # Starts every server (each idles while another is measured), yields {name => [port, pid]}.
   def with_servers(names)
     running = {}
+    FileUtils.mkdir_p(ITSI_DIR)
+    File.write(File.join(ITSI_DIR, "Itsi.rb"), ITSI_CONFIG)
     names.each do |name|
       port = Bench.free_port
-      pid = Process.spawn(*SERVERS.fetch(name).call(port), chdir: ROOT, out: File::NULL, err: File::NULL, pgroup: true)
+      pid = Process.spawn(*SERVERS.fetch(name).call(port), chdir: name.start_with?("itsi") ? ITSI_DIR : ROOT,
+                          out: File::NULL, err: File::NULL, pgroup: true)
       running[name] = [port, pid]
       wait_until_serving(port, pid)
     end
@@ -130,8 +160,11 @@ module ServerBench
   # @return [Hash] requests per second, latency p50/p99 (ms), errors
   def wrk(port, path, connections, seconds)
     output = capture("wrk", "-t1", "-c#{connections}", "-d#{seconds}s", "--latency", "--timeout", "10s", "http://127.0.0.1:#{port}#{path}")
+    # Only successful responses count: a server that sheds load with fast 503s is not faster.
+    requests, elapsed = output.match(/(\d+) requests in ([\d.]+)s/)&.captures
+    failed = output[/Non-2xx or 3xx responses: (\d+)/, 1].to_i
     {
-      rps: output[/Requests\/sec:\s+([\d.]+)/, 1].to_f,
+      rps: requests ? (requests.to_i - failed) / elapsed.to_f : 0.0,
       p50: latency(output, "50%"),
       p99: latency(output, "99%"),
       errors: output[/Socket errors: (.+)$/, 1] || (output[/Non-2xx or 3xx responses: (\d+)/, 1] ? "non-2xx: #{$1}" : nil),
@@ -217,20 +250,24 @@ module ServerBench
   # --- report ---------------------------------------------------------------------------
 
   def write_report(results, limit)
-    out = +"# Server benchmark: Weft vs Puma vs Falcon\n\n"
-    out << "Generated by `bundle exec ruby bench/server.rb` (BENCH_DURATION=#{DURATION}) on #{Time.now.utc.strftime('%Y-%m-%d %H:%M UTC')}.\n\n"
+    out = +"# Server benchmark: Weft vs Puma, Falcon, Iodine and Itsi\n\n"
+    command = "bundle exec ruby bench/server.rb"
+    command = "PATH=~/.cache/weft/rubies/ruby-#{SUFFIX[/[\d.]+\z/]}/bin:$PATH RUBY_YJIT_ENABLE=#{ENV['RUBY_YJIT_ENABLE']} #{command}" unless SUFFIX.empty?
+    out << "Generated by `#{command}` (BENCH_DURATION=#{DURATION}) on #{Time.now.utc.strftime('%Y-%m-%d %H:%M UTC')}.\n\n"
     out << "## Machine and versions\n\n"
     machine.each { |key, value| out << "- #{key}: #{value}\n" }
     out << "- ulimit -n: #{limit}\n\n"
     out << "Every server runs as one process with the same app (`bench/server/app.ru`, RACK_ENV=production): " \
-           "`weft serve -w 0`, `puma -w 0 -t 5:5`, `falcon serve --forked -n 1`. Load: `wrk -t1` " \
+           "`weft serve -w 0`, `puma -w 0 -t 5:5`, `falcon serve --forked -n 1`, `iodine -w 1 -t N` and " \
+           "`itsi -w 1 -t N` (N Ruby threads: 1 for hello world, their fastest there, 16 for the I/O-bound rows; " \
+           "Iodine's HTTP loop is C, Itsi's Rust on threads of its own). Load: `wrk -t1` " \
            "(one thread leaves the second core to the server), `ab` for the PostgreSQL test. " \
-           "The machine is shared with other jobs, so figures move by up to ±25 % between runs: all three servers run " \
+           "The machine is shared with other jobs, so figures move by up to ±25 % between runs: all servers run " \
            "at once (idle while another is measured) and each throughput figure is the better of #{ROUNDS} runs " \
            "taken in alternating server order.\n\n"
-    throughput_section(out, results, "hello, 50 connections", "target: ≥ 2x Puma and ≥ 2x Falcon")
-    throughput_section(out, results, "hello, 256 connections", "target: ≥ 2x Puma and ≥ 2x Falcon")
-    throughput_section(out, results, "sleep 10 ms, 256 connections", "target: ≥ Falcon, ≥ 10x Puma")
+    throughput_section(out, results, "hello, 50 connections", "target: ≥ 2x Puma and ≥ 2x Falcon, ahead of Iodine and Itsi")
+    throughput_section(out, results, "hello, 256 connections", "target: ≥ 2x Puma and ≥ 2x Falcon, ahead of Iodine and Itsi")
+    throughput_section(out, results, "sleep 10 ms, 256 connections", "target: ≥ Falcon, ≥ 10x Puma, ahead of every peer")
     pg_section(out, results["10 x pg_sleep(1), ab -c10 -n10"])
     idle_section(out, results["10,000 idle keep-alive connections"])
     File.write(REPORT, out)
@@ -248,6 +285,8 @@ module ServerBench
       "puma" => Gem.loaded_specs["puma"]&.version.to_s,
       "falcon" => Gem.loaded_specs["falcon"]&.version.to_s,
       "async" => Gem.loaded_specs["async"]&.version.to_s,
+      "iodine" => Gem.loaded_specs["iodine"]&.version.to_s,
+      "itsi" => Gem.loaded_specs["itsi-server"]&.version.to_s,
       "wrk" => `wrk -v 2>&1`[/wrk \S+/],
       "ab" => `ab -V 2>&1`[/Version \S+/]
     }
@@ -257,7 +296,7 @@ module ServerBench
     rows = results[title]
     weft = rows.dig("weft", :rps).to_f
     out << "## #{title}\n\n#{target}. Command: `#{rows.values.first&.fetch(:command)}`\n\n"
-    out << "| server | requests/s | p50 ms | p99 ms | Weft ÷ server | errors |\n|---|---:|---:|---:|---:|---|\n"
+    out << "| server | requests/s (2xx) | p50 ms | p99 ms | Weft ÷ server | errors |\n|---|---:|---:|---:|---:|---|\n"
     rows.each do |name, row|
       ratio = row[:rps].positive? ? format("%.2fx", weft / row[:rps]) : "-"
       out << "| #{name} | #{row[:rps].round} | #{fmt(row[:p50])} | #{fmt(row[:p99])} | #{ratio} | #{row[:errors] || '-'} |\n"
@@ -305,7 +344,7 @@ module ServerBench
     max = values.values.max.to_f
     lines = values.map do |name, value|
       width = max.positive? ? (value / max * 40).round : 0
-      format("%-7s %s %s %s", name, "█" * width, " " * (40 - width), "#{value.is_a?(Float) ? value.round(2) : value} #{unit}")
+      format("%-12s %s %s %s", name, "█" * width, " " * (40 - width), "#{value.is_a?(Float) ? value.round(2) : value} #{unit}")
     end
     "```\n#{lines.join("\n")}\n```\n"
   end

@@ -48,6 +48,41 @@ class TimersTest < Minitest::Test
     assert_equal fired.sort, fired
   end
 
+  # Timers of one duration share a FIFO list; interleaved durations, cancels at the head, in the
+  # middle and at the tail of lists, and lists that empty and come back must still fire in
+  # deadline order.
+  def test_interleaved_durations_fire_in_deadline_order
+    random = Random.new(7)
+    fired = []
+    timers = []
+    durations = [-0.3, -0.2, -0.1, -0.25]
+    200.times do |i|
+      duration = durations[i % durations.size]
+      timers << @timers.after(duration) { fired << i }
+    end
+    cancelled = [0, 1, 2, 3, 199, 198] + timers.each_index.to_a.sample(60, random: random)
+    cancelled.uniq.each { |i| timers[i].cancel }
+    live = timers.each_index.reject { |i| cancelled.include?(i) }
+    assert_equal live.size, @timers.size
+    assert_equal live.size, @timers.fire
+    deadlines = fired.map { |i| timers[i].deadline }
+    assert_equal deadlines.sort, deadlines
+    assert_equal live.sort, fired.sort
+    assert_nil @timers.wait_interval
+    @timers.after(-0.1) { fired << :again } # the emptied list's duration, armed anew
+    assert_equal 1, @timers.fire
+    assert_equal :again, fired.last
+  end
+
+  def test_a_callable_instead_of_a_block
+    callable = Object.new
+    def callable.calls = @calls ||= 0
+    def callable.call = @calls = calls + 1
+    2.times { @timers.after(0, callable) }
+    @timers.fire
+    assert_equal 2, callable.calls
+  end
+
   def test_reschedule_moves_a_live_or_fired_timer
     fired = 0
     timer = @timers.after(0) { fired += 1 }

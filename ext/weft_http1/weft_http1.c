@@ -11,6 +11,7 @@
 #include <ruby.h>
 #include <string.h>
 #include "http1.h"
+#include "response_head.h"
 
 static VALUE mHTTP1, eParseError;
 static ID id_new;
@@ -561,6 +562,7 @@ void Init_weft_http1(void)
     v_HTTP_1_0 = frozen("HTTP/1.0");
     v_ROOT = frozen("/");
     init_commons();
+    weft_init_response_head(mHTTP1);
 
     cReq = rb_define_class_under(mHTTP1, "RequestParser", rb_cObject);
     rb_define_alloc_func(cReq, parser_alloc);

@@ -52,6 +52,10 @@ class Fiber
   # about 12% of a Queue hand-off between two tasks, this alias nothing (an UnboundMethod's
   # bind_call about 7%).
   alias_method :weft_transfer, :transfer
+
+  # @api private: the Scheduler::IOTimeout that ends this fiber's timed I/O waits, made once
+  # per fiber (task fibers are pooled) so that a timed wait allocates no Proc
+  attr_accessor :weft_io_timeout
 end
 
 Fiber.prepend(Weft::FiberControl)

@@ -28,6 +28,17 @@ module Weft
     # What a fiber parked by Ruby itself (sleep, Mutex, Queue, ConditionVariable...) waits for.
     RUBY_WAIT = :ruby
 
+    # Ends a fiber's timed #io_wait when its timeout passes: the selector returns false to it.
+    class IOTimeout
+      def initialize(fiber)
+        @fiber = fiber
+      end
+
+      def call
+        @fiber.weft_transfer(false)
+      end
+    end
+
     # @return [Timers] the reactor's timers; their callbacks run in the loop fiber
     attr_reader :timers
     # @return [Thread] the thread the reactor runs on
@@ -261,7 +272,7 @@ module Weft
       fiber = Fiber.current
       # The fiber is parked inside the selector; transferring false into it ends that wait
       # (io-event removes the registration on the way out).
-      timer = @timers.after(timeout) { fiber.weft_transfer(false) } if timeout
+      timer = @timers.after(timeout, fiber.weft_io_timeout ||= IOTimeout.new(fiber)) if timeout
       @selector.io_wait(fiber, io, events)
     ensure
       timer&.cancel

@@ -39,6 +39,8 @@ module Weft
     attr_reader :board
     # @return [Integer] requests being processed now
     attr_reader :in_flight
+    # @return [ConnectionSettings] @api private: the settings connections read per request
+    attr_reader :connection_settings
     # @return [String] @api private: the scratch buffer connections read sockets into. One per
     #   reactor is enough: the bytes are copied out before the reading fiber can yield.
     attr_reader :read_buffer
@@ -73,6 +75,10 @@ module Weft
       @host_cache = {}
       @multiprocess = !worker_index.nil?
       @read_buffer = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
+      # Read on every request: kept out of the config's Hash.
+      @connection_settings = ConnectionSettings.new(**CONNECTION_SETTINGS.to_h { |key| [key, @config[key]] }).freeze
+      @request_deadline = @config[:request_deadline]
+      @internal_paths = [@config[:stats_path], @config[:metrics_path]].compact.freeze
     end
 
     def inspect
@@ -163,7 +169,10 @@ module Weft
       env
     end
 
-    # @api private: the env entries that are the same for every request on a listener
+    # @api private: the env entries that are the same for every request on a listener, and
+    # the keys every request sets (nil here): a Hash copied from one that already holds them
+    # has room for the whole env, where growing it past 16 entries while the request was
+    # filled in re-hashed it (3% of a hello-world request's time).
     def env_template(listener)
       @env_templates[listener] ||= {
         "rack.version" => Rack::VERSION.is_a?(Array) ? Rack::VERSION : [1, 3],
@@ -174,9 +183,20 @@ module Weft
         "rack.url_scheme" => listener.scheme,
         "rack.hijack?" => true,
         "SCRIPT_NAME" => "",
-        "SERVER_SOFTWARE" => SOFTWARE
+        "SERVER_SOFTWARE" => SOFTWARE,
+        **PER_REQUEST_KEYS.to_h { |key| [key, nil] }
       }.freeze
     end
+
+    # The settings a Connection reads for every request, copied out of the Config once.
+    CONNECTION_SETTINGS = %i[first_data_timeout idle_timeout header_timeout write_timeout linger
+                             max_requests_per_connection].freeze
+    ConnectionSettings = Struct.new(*CONNECTION_SETTINGS, keyword_init: true)
+
+    # Set for every request before the app sees the env: REMOTE_ADDR by #new_env, the request
+    # line's by the parser, the rest by Connection#serve_one and #call_app.
+    PER_REQUEST_KEYS = %w[REMOTE_ADDR REQUEST_METHOD PATH_INFO QUERY_STRING SERVER_PROTOCOL SERVER_NAME SERVER_PORT
+                          rack.input rack.hijack rack.response_finished].freeze
 
     # @api private: runs the app for one request and writes its response. Whether the
     # connection stays open is settled when the response head is written (ResponseWriter): a
@@ -185,14 +205,13 @@ module Weft
     def call_app(connection, env, keep_alive)
       @in_flight += 1
       @statistics.request!
-      started = Timers.now
-      Thread.current[StallDetector::REQUEST] = env # names the request if it stalls the reactor
+      started = Timers.now if @access_log
       fill_server_name(env, connection.listener)
       env["rack.hijack"] = connection.hijack_proc
       env["rack.response_finished"] = finished = []
       status = headers = body = error = nil
       begin
-        status, headers, body = internal_response(env) || call_under_deadline(env)
+        status, headers, body = (internal_response(env) unless @internal_paths.empty?) || call_under_deadline(env)
       rescue DeadlineExceeded => e
         # The request's own deadline (or one the app set and let escape): the app gave up in
         # time, which is what the deadline is for; the client learns it was not served.
@@ -229,7 +248,6 @@ module Weft
       end
       keep_alive && !connection.detached?
     ensure
-      Thread.current[StallDetector::REQUEST] = nil
       @in_flight -= 1
       @statistics.server_error! if status.to_i >= 500
       input = env["rack.input"]
@@ -267,12 +285,15 @@ module Weft
       @error_log.report(context, error)
     end
 
-    # @return [String] the current time as an HTTP date, recomputed at most once a second
-    def self.http_date
+    # @return [String] "date: <now as an HTTP date>\r\n", the line every response carries,
+    #   built at most once a second (the line is stored before its second, so a reactor on
+    #   another thread never pairs a new second with the old line)
+    def self.date_line
       now = Process.clock_gettime(Process::CLOCK_REALTIME, :second)
-      return @http_date if now == @http_date_second
-      @http_date_second = now
-      @http_date = Time.at(now).httpdate.freeze
+      return @date_line if now == @date_second
+      @date_line = "date: #{Time.at(now).httpdate}\r\n".freeze
+      @date_second = now
+      @date_line
     end
 
     private
@@ -507,9 +528,8 @@ module Weft
     # The app's call under request_deadline, when one is set: every wait of the request (and of
     # tasks it spawns) ends at it. Streaming the body afterwards is bounded by write_timeout.
     def call_under_deadline(env)
-      seconds = @config[:request_deadline]
-      return @app.call(env) unless seconds
-      Weft.deadline(seconds) { @app.call(env) }
+      return @app.call(env) unless @request_deadline
+      Weft.deadline(@request_deadline) { @app.call(env) }
     end
 
     def deadline_exceeded
@@ -517,7 +537,7 @@ module Weft
     end
 
     def close_body(body)
-      body.close if body.respond_to?(:close)
+      body.close if !body.is_a?(Array) && body.respond_to?(:close)
     rescue StandardError => e
       log_error("body.close", e)
     end

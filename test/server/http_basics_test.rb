@@ -138,4 +138,13 @@ class ServerHTTPBasicsTest < Minitest::Test
                    "rack.url_scheme" => "http", "QUERY_STRING" => "q=1", "HTTP_X_THING" => "v", "SCRIPT_NAME" => "" }, seen)
     refute_equal "80", seen["SERVER_PORT"]
   end
+
+  # REMOTE_ADDR is read from the sockaddr's bytes (no getnameinfo): the same text
+  # Addrinfo#ip_address gives, for IPv4, IPv6 and IPv4-mapped peers.
+  def test_remote_addr_from_sockaddr_bytes
+    ["127.0.0.1", "10.1.2.3", "::1", "2001:db8::8:800:200c:417a", "::ffff:192.0.2.1", "fe80::1:2"].each do |ip|
+      address = Addrinfo.tcp(ip, 4567)
+      assert_equal address.ip_address, Weft::Server::Listener.ip_address(address), ip
+    end
+  end
 end

@@ -41,6 +41,30 @@ class ServerRequestBodyTest < Minitest::Test
     end
   end
 
+  # A request without a body gets the one shared EmptyInput, which reads like an empty IO (and
+  # passes Rack::Lint, which with_server wraps every app in).
+  def test_bodyless_request_reads_as_empty
+    reads = lambda do |env|
+      input = env["rack.input"]
+      buffer = +"stale"
+      lines = []
+      input.each { |line| lines << line }
+      answers = [input.read.inspect, input.read(10).inspect, input.read(nil, buffer).inspect, buffer.inspect,
+                 input.gets.inspect, lines.inspect]
+      [200, {}, [answers.join(" ")]]
+    end
+    with_server(reads) do |_, port|
+      2.times do # the shared input stays as it was after a request read (and closed) it
+        response = Net::HTTP.start("127.0.0.1", port) { |http| http.get("/") }
+        assert_equal '"" nil "" "" nil []', response.body
+      end
+    end
+    with_server(INPUT_CLASS, lint: false) do |_, port|
+      response = Net::HTTP.start("127.0.0.1", port) { |http| http.get("/") }
+      assert_equal "Weft::Server::EmptyInput", response.body
+    end
+  end
+
   def test_large_body_is_spooled_to_a_file
     data = Random.new(1).bytes(3 * 1024 * 1024)
     with_server(INPUT_CLASS, lint: false, spool_threshold: 100_000) do |_, port|

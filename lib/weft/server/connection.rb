@@ -41,6 +41,8 @@ module Weft
       # @return [Float] when (Timers.now) the connection last became idle: accepted, or its last
       #   response written
       attr_reader :idle_since
+      # @return [Hash, nil] the env of the request being answered, for the StallDetector
+      attr_reader :env
 
       # @param server [Server]
       # @param socket [Socket] the accepted socket
@@ -53,6 +55,7 @@ module Weft
         @remote_addr = listener.remote_addr(socket)
         @buffer = String.new(encoding: Encoding::BINARY)
         @parser = server.new_parser
+        @settings = server.connection_settings
         @requests = 0
         @registered_with_epoll = false
         @closed = false
@@ -85,12 +88,12 @@ module Weft
       # Starts serving a newly accepted connection (in its own task).
       def start
         handshake unless @handshaken
-        serve(@server.config[:first_data_timeout])
+        serve(@settings.first_data_timeout)
       end
 
       # Called by the IdlePool in a new task once the parked socket is readable.
       def resume
-        serve(@server.config[:idle_timeout])
+        serve(@settings.idle_timeout)
       end
 
       # Called by the IdlePool from the loop fiber when a parked connection stayed silent past
@@ -190,7 +193,7 @@ module Weft
       # Writes all of `data`, waiting at most write_timeout for the client to take each part.
       # @raise [ClientTimeout, ClientGone]
       def write(data)
-        timeout = @server.config[:write_timeout]
+        timeout = @settings.write_timeout
         while data.bytesize.positive?
           written = @io.write_nonblock(data, exception: false)
           case written
@@ -211,6 +214,9 @@ module Weft
 
       # The request loop. Runs while requests are buffered or arrive without delay, then parks.
       def serve(wait_timeout)
+        # Names the request being answered if it stalls the reactor (fiber-local: the watchdog
+        # sees the fiber that holds the reactor). Set per task rather than per request.
+        Thread.current[StallDetector::REQUEST] = self
         return unless read_available(wait_timeout)
         loop do
           keep_alive = serve_one
@@ -219,7 +225,7 @@ module Weft
           return close unless keep_alive
           @idle_since = Timers.now
           next unless @buffer.empty? # pipelined requests are answered in order
-          return unless read_available(@server.config[:idle_timeout], speculative: false)
+          return unless read_available(@settings.idle_timeout, speculative: false)
         end
       rescue ClientGone, ClientTimeout
         close
@@ -227,6 +233,8 @@ module Weft
         close
         raise if e.is_a?(Cancelled) || !e.is_a?(StandardError)
         @server.log_error("connection #{@remote_addr}", e)
+      ensure
+        Thread.current[StallDetector::REQUEST] = nil
       end
 
       # Makes sure the buffer holds something. A client that sends its next request within
@@ -252,7 +260,7 @@ module Weft
         return true unless @buffer.empty?
         return true if (speculative || !@io.equal?(@socket)) && fill_now
         return drain if @server.stopping?
-        linger = @server.config[:linger]
+        linger = @settings.linger
         return true if linger&.positive? && @requests > 1 && @socket.wait_readable(linger) && fill_now
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
         return drain if @server.stopping? # the stop began while this connection lingered
@@ -296,12 +304,15 @@ module Weft
         env = read_head
         return env unless env.is_a?(Hash)
         @requests += 1
-        keep_alive = @parser.keep_alive? && @requests < @server.config[:max_requests_per_connection]
+        keep_alive = @parser.keep_alive? && @requests < @settings.max_requests_per_connection
         if (input = read_body(env)).nil?
           return false # answered with an error already
         end
         env[RACK_INPUT] = input
+        @env = env
         @server.call_app(self, env, keep_alive)
+      ensure
+        @env = nil
       end
 
       # A head that is not complete and has no more bytes waiting does not keep a fiber: the
@@ -315,7 +326,7 @@ module Weft
       def read_head
         env = @server.new_env(self)
         until (length = @parser.parse(@buffer, env))
-          @head_deadline ||= Timers.now + @server.config[:header_timeout]
+          @head_deadline ||= Timers.now + @settings.header_timeout
           remaining = @head_deadline - Timers.now
           raise ClientTimeout, "request head not complete" if remaining <= 0
           next if fill_now
@@ -370,7 +381,7 @@ module Weft
       def handshake
         ssl = OpenSSL::SSL::SSLSocket.new(@socket, @listener.ssl_context)
         ssl.sync_close = true
-        deadline = Timers.now + @server.config[:header_timeout]
+        deadline = Timers.now + @settings.header_timeout
         loop do
           case ssl.accept_nonblock(exception: false)
           when :wait_readable then wait_handshake(:wait_readable, deadline)

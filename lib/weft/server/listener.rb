@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "ipaddr"
 require "socket"
 require_relative "bind_address"
 require_relative "../errors"
@@ -126,9 +127,24 @@ module Weft
       # @return [String] REMOTE_ADDR for an accepted socket
       def remote_addr(socket)
         return "127.0.0.1" if @unix # Rack has no address for a Unix peer; Puma does the same
-        socket.remote_address.ip_address
+        Listener.ip_address(socket.remote_address)
       rescue SystemCallError
         "0.0.0.0"
+      end
+
+      # The numeric address of an Addrinfo, read from its sockaddr bytes. Addrinfo#ip_address
+      # asks getnameinfo(3), which Ruby 3.3 runs on a thread of its own per call (so that it can
+      # be interrupted): a thread created and joined for every accepted connection. The address
+      # sits at the same offset in the BSD and Linux layouts (4 for IPv4, 8 for IPv6).
+      # @param address [Addrinfo]
+      # @return [String]
+      def self.ip_address(address)
+        sockaddr = address.to_sockaddr
+        case address.afamily
+        when Socket::AF_INET then sockaddr.unpack("@4C4").join(".")
+        when Socket::AF_INET6 then IPAddr.new_ntoh(sockaddr.byteslice(8, 16)).to_s
+        else address.ip_address
+        end
       end
 
       # Stops listening (workers close their copy when they stop accepting).

@@ -3,6 +3,7 @@
 require "stringio"
 require "tempfile"
 require_relative "../errors"
+require_relative "empty_input"
 
 module Weft
   class Server
@@ -19,19 +20,17 @@ module Weft
         include Weft::Error
       end
 
-      EMPTY = "".b.freeze
-
       module_function
 
       # @param connection [Connection] for read_some
       # @param parser [HTTP1::RequestParser] the parsed head
       # @param buffer [String] bytes after the head; the body's bytes are removed from it
       # @yield when the client waits for 100 Continue and the body must be read
-      # @return [StringIO, Tempfile]
+      # @return [EmptyInput, StringIO, Tempfile]
       def read(connection, parser, buffer, config)
         length = parser.content_length
         chunked = parser.chunked?
-        return StringIO.new(EMPTY) if !chunked && (length.nil? || length.zero?)
+        return EmptyInput.instance if !chunked && (length.nil? || length.zero?)
 
         limit = config[:max_body_bytes]
         raise TooLarge, "body of #{length} bytes is over the limit of #{limit}" if length && length > limit

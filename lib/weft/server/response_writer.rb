@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "rack/utils"
+require "weft/http1/parser"
 require_relative "stream"
 require_relative "../errors"
 
@@ -32,58 +33,96 @@ module Weft
       COALESCE_LIMIT = 65_536
 
       TOKEN = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/.freeze
-      # Header names already checked against TOKEN (apps send the same few names over and over).
-      VALID_NAMES = {}
+      # A value that cannot go on one header line as it is (response splitting, or Rack 2's
+      # "\n"-joined values).
+      MULTILINE_OR_UNSAFE = /[\r\n\0]/.freeze
+
+      # What each header name means to the writer, keyed by the name as the app spelled it:
+      # apps send the same few names over and over, and one lookup replaces lower-casing, five
+      # comparisons and a token check per header (:plain, :date, :rack, :hijack,
+      # :content_length, :connection, :transfer_encoding, :hop_by_hop or :invalid).
+      HEADER_KINDS = {}
 
       module_function
 
       # @param keep_alive [Boolean] whether the request allows the connection to stay open
       # @return [Boolean] whether the connection can stay open (what the head said)
       def write(connection, env, status, headers, body, keep_alive)
-        status = Integer(status) rescue raise(InvalidResponse, "invalid status #{status.inspect}") # rubocop:disable Style/RescueModifier
+        # Most responses (a Hash of plain headers, an Array body, a status with a body) are
+        # serialized in C in one pass (HTTP1.simple_response); it returns nil for anything
+        # else, which #write_any handles. Both produce the same bytes for what C accepts
+        # (test/server/response_writer_test.rb compares them).
+        if status.is_a?(Integer) && status >= 200 && status <= 999 && status != 204 && status != 304 &&
+           env["REQUEST_METHOD"] != "HEAD"
+          keep_alive = false if connection.server.stopping?
+          connection_line = keep_alive ? (CONNECTION_KEEP_ALIVE if env["SERVER_PROTOCOL"] == "HTTP/1.0") : CONNECTION_CLOSE
+          response = HTTP1.simple_response(STATUS_LINES[status], headers, body, connection_line, Server.date_line)
+          if response
+            connection.write(response)
+            return keep_alive
+          end
+        end
+        write_any(connection, env, status, headers, body, keep_alive)
+      end
+
+      # Writes any response Rack allows (see #write).
+      # @return [Boolean] whether the connection can stay open (what the head said)
+      def write_any(connection, env, status, headers, body, keep_alive)
+        unless status.is_a?(Integer)
+          status = Integer(status) rescue raise(InvalidResponse, "invalid status #{status.inspect}") # rubocop:disable Style/RescueModifier
+        end
         raise InvalidResponse, "invalid status #{status}" unless status.between?(100, 999)
-        raise InvalidResponse, "headers must respond to each, got #{headers.class}" unless headers.respond_to?(:each)
-        unless body.respond_to?(:each) || body.respond_to?(:call)
+        unless headers.is_a?(Hash) || headers.respond_to?(:each)
+          raise InvalidResponse, "headers must respond to each, got #{headers.class}"
+        end
+        unless body.is_a?(Array) || body.respond_to?(:each) || body.respond_to?(:call)
           raise InvalidResponse, "body must respond to each or call, got #{body.class}"
         end
         head_request = env["REQUEST_METHOD"] == "HEAD"
         http10 = env["SERVER_PROTOCOL"] == "HTTP/1.0"
         bodyless = status < 200 || status == 204 || status == 304
 
-        head = String.new(STATUS_LINES[status], capacity: 512)
+        head = STATUS_LINES[status].dup # (String.new with capacity: allocates its keywords' Hash)
         length = nil
         hijack = nil
         dated = false
         app_chunked = false
         headers.each do |name, value|
           name = name.to_s
-          lower = LOWERCASE[name] || lowercase(name)
-          if lower.start_with?("rack.")
-            hijack = value if lower == "rack.hijack"
+          case HEADER_KINDS[name] || classify(name)
+          when :plain
+            if value.is_a?(String) && !MULTILINE_OR_UNSAFE.match?(value)
+              head << name << ": " << value << CRLF
+            else
+              append_header(head, name, value)
+            end
+          when :date
+            dated = true
+            append_header(head, name, value)
+          when :rack
             next
-          elsif lower == "content-length"
+          when :hijack
+            hijack = value
+          when :content_length
             # Written once, below, from the parsed value (the app's own line is not copied).
             value = value.first if value.is_a?(Array) && value.size == 1
             raise InvalidResponse, "invalid content-length #{value.inspect}" unless value.to_s.match?(/\A\d+\z/)
             length = value.to_s.to_i unless bodyless
-            next
-          elsif lower == "connection"
+          when :connection
             keep_alive = false if value.to_s.downcase.include?("close")
-            next
-          elsif lower == "transfer-encoding"
+          when :transfer_encoding
             # Already chunked by the app (Rack 2's Rack::Chunked): pass it through untouched.
             app_chunked = !bodyless && value.to_s.downcase.strip == "chunked"
-            next unless app_chunked
-          elsif lower == "date"
-            dated = true
-          elsif lower == "keep-alive" # hop-by-hop: the server decides about persistence
+            append_header(head, name, value) if app_chunked
+          when :hop_by_hop # keep-alive: the server decides about persistence
             next
+          else
+            raise InvalidResponse, "invalid character in header #{name}"
           end
-          append_header(head, name, value)
         end
-        head << "date: " << Server.http_date << CRLF unless dated
+        head << Server.date_line unless dated
 
-        if hijack || (!bodyless && !body.respond_to?(:each) && body.respond_to?(:call))
+        if hijack || (!bodyless && !body.is_a?(Array) && !body.respond_to?(:each) && body.respond_to?(:call))
           # The app takes over the connection after the head (partial hijack / streaming).
           head << CONNECTION_CLOSE << CRLF
           connection.write(head)
@@ -94,13 +133,13 @@ module Weft
         parts = nil
         if bodyless
           length = nil
-        elsif length.nil? && body.respond_to?(:to_ary)
+        elsif length.nil? && (body.is_a?(Array) || body.respond_to?(:to_ary))
           parts = body.to_ary
           length = 0
           parts.each { |part| length += part.bytesize }
-          head << "content-length: " << length.to_s << CRLF
+          head << (CONTENT_LENGTH_LINES[length] || content_length_line(length))
         elsif length
-          head << "content-length: " << length.to_s << CRLF
+          head << (CONTENT_LENGTH_LINES[length] || content_length_line(length))
         end
         length = nil if app_chunked
         chunked = !bodyless && length.nil? && !http10 && !head_request && !app_chunked
@@ -149,7 +188,8 @@ module Weft
       end
 
       # Appends one header; Array values and "\n"-joined values (Rack 2) become several lines.
-      # CR, LF and NUL cannot appear in a line (response splitting).
+      # CR, LF and NUL cannot appear in a line (response splitting). The name was checked by
+      # #classify.
       def append_header(head, name, value)
         if value.is_a?(Array)
           value.each { |item| append_header(head, name, item) }
@@ -158,26 +198,41 @@ module Weft
           if value.include?("\n")
             value.split("\n").each { |item| append_header(head, name, item) }
           else
-            raise InvalidResponse, "invalid character in header #{name}" if value.match?(/[\r\0]/) || !valid_name?(name)
+            raise InvalidResponse, "invalid character in header #{name}" if value.match?(/[\r\0]/)
             head << name << ": " << value << CRLF
           end
         end
       end
 
-      # Lower-case forms of header names seen before (Rack 2 apps send "Content-Type").
-      LOWERCASE = {}
-
-      def lowercase(name)
-        lower = name.downcase.freeze
-        LOWERCASE[name.dup.freeze] = lower if LOWERCASE.size < 1000
-        lower
+      # @return [Symbol] the kind of header `name` is (see HEADER_KINDS), remembered for the
+      #   first 1,000 distinct names
+      def classify(name)
+        lower = name.downcase
+        kind =
+          if lower.start_with?("rack.") then lower == "rack.hijack" ? :hijack : :rack
+          elsif !TOKEN.match?(name) then :invalid
+          else
+            HEADER_KIND_BY_LOWER_NAME.fetch(lower, :plain)
+          end
+        HEADER_KINDS[name.dup.freeze] = kind if HEADER_KINDS.size < 1000
+        kind
       end
 
-      def valid_name?(name)
-        return true if VALID_NAMES[name]
-        return false unless TOKEN.match?(name)
-        VALID_NAMES[name.dup.freeze] = true if VALID_NAMES.size < 1000
-        true
+      HEADER_KIND_BY_LOWER_NAME = {
+        "content-length" => :content_length,
+        "connection" => :connection,
+        "transfer-encoding" => :transfer_encoding,
+        "date" => :date,
+        "keep-alive" => :hop_by_hop
+      }.freeze
+
+      # "content-length: N\r\n" for the lengths seen so far (the first 4,096 distinct ones).
+      CONTENT_LENGTH_LINES = {}
+
+      def content_length_line(length)
+        line = "content-length: #{length}\r\n".freeze
+        CONTENT_LENGTH_LINES[length] = line if CONTENT_LENGTH_LINES.size < 4096
+        line
       end
 
       # A short plain-text response for errors detected by the server itself, which always
@@ -190,7 +245,7 @@ module Weft
       def error_response(status, message)
         body = "#{Rack::Utils::HTTP_STATUS_CODES[status]}: #{message}\n"
         "#{STATUS_LINES[status]}content-type: text/plain\r\ncontent-length: #{body.bytesize}\r\n" \
-          "connection: close\r\ndate: #{Server.http_date}\r\n\r\n#{body}"
+          "connection: close\r\n#{Server.date_line}\r\n#{body}"
       end
     end
   end

@@ -23,8 +23,9 @@ module Weft
     #
     # Durations are lower bounds, exact to within one tick.
     class StallDetector
-      # The fiber-local (Thread#[]) in which the server keeps the env of the request a fiber
-      # is running, for the watchdog to name it.
+      # The fiber-local (Thread#[]) in which a fiber answering requests keeps what names the
+      # request it is running, for the watchdog: the env, or an object whose #env returns it
+      # (nil between requests).
       REQUEST = :weft_request
       BACKTRACE_LINES = 30
 
@@ -99,6 +100,7 @@ module Weft
       # @return [String] the request the reactor thread is running, as "METHOD /path"
       def current_request
         env = @reactor[REQUEST]
+        env = env.env if env.respond_to?(:env)
         return "no request (server or background task)" unless env
         query = env["QUERY_STRING"]
         "#{env['REQUEST_METHOD']} #{env['SCRIPT_NAME']}#{env['PATH_INFO']}#{"?#{query}" unless query.nil? || query.empty?}"
