@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "weft/readiness"
+require_relative "../../readiness"
 
 module Weft
   class Server
