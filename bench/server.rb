@@ -114,8 +114,8 @@ module ServerBench
 
   def log(text)
     puts text
-    @raw.puts(text)
-    @raw.flush
+    @raw&.puts(text) # nil when only a part runs (bench/server/idle_rss.rb)
+    @raw&.flush
   end
 
   # Starts every server (each idles while another is measured), yields {name => [port, pid]}.

@@ -208,31 +208,3 @@ class ServerGracefulStopTest < Minitest::Test
     end
   end
 end
-
-# The same idle-connection behaviour through the portable fallback (a waiting task per idle
-# connection), which platforms without epoll use.
-class ServerIdleFallbackTest < Minitest::Test
-  include Weft::Test::ServerHelpers
-
-  def setup
-    @saved = Weft::Server::IdlePool.epoll?
-    Weft::Server::IdlePool.instance_variable_set(:@epoll, false)
-  end
-
-  def teardown
-    Weft::Server::IdlePool.instance_variable_set(:@epoll, @saved)
-  end
-
-  def test_parked_connections_are_woken_and_expire
-    with_server(->(_env) { [200, {}, ["x"]] }, linger: 0, idle_timeout: 0.5) do |server, port|
-      socket = connect(port)
-      3.times do
-        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert_equal "x", read_response(socket).body
-        sleep 0.05
-      end
-      assert_equal 1, server.idle_pool.size
-      assert closed_by_server?(socket, within: 2)
-    end
-  end
-end

@@ -28,8 +28,6 @@ module Weft
       READ_SIZE = 16_384
       CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"
 
-      # @return [Boolean] @api private, for IdlePool
-      attr_accessor :registered_with_epoll
       # @return [String] the peer address for REMOTE_ADDR and the access log
       attr_reader :remote_addr
       # @return [Integer] requests answered on this connection
@@ -57,7 +55,6 @@ module Weft
         @parser = server.new_parser
         @settings = server.connection_settings
         @requests = 0
-        @registered_with_epoll = false
         @closed = false
         @detached = false
         @handshaken = !listener.ssl?
