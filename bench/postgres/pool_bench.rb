@@ -34,7 +34,19 @@ module PostgresBench
     # Statements per second from FIBERS fibers looping `select 1` through one pool.
     def weft(url, seconds, pipelining:)
       pool = Weft::Postgres::Pool.new(url, limit: CONNECTIONS, pipelining: pipelining)
+      count, elapsed = select_one_loop(pool, seconds)
+      count / elapsed
+    ensure
+      pool&.close
+    end
+
+    # Runs FIBERS fibers looping `select 1` through `pool`: a 1 s warm-up (connections opened,
+    # caches hot), then `seconds` measured. A block given gets a callable that waits out the
+    # measured part, to wrap it (pool_profile.rb takes counters and profiles around it).
+    # @return [Array(Integer, Float)] statements completed while measuring, and the seconds
+    def select_one_loop(pool, seconds)
       count = 0
+      elapsed = nil
       Weft.run do
         deadline = nil
         measuring = false
@@ -46,17 +58,16 @@ module PostgresBench
             end
           end
         end
-        sleep 1 # warm-up: connections opened, caches hot
+        sleep 1
         count = 0
         measuring = true
         started = PostgresBench.now
         deadline = started + seconds
-        Weft.gather(workers)
-        @elapsed = PostgresBench.now - started
+        measured = -> { Weft.gather(workers) }
+        block_given? ? yield(measured) : measured.call
+        elapsed = PostgresBench.now - started
       end
-      count / @elapsed
-    ensure
-      pool&.close
+      [count, elapsed]
     end
 
     # Statements per second from pgbench with a `select 1` script over CONNECTIONS clients.

@@ -12,8 +12,8 @@
 # Prints statements/s, CPU microseconds of this process per statement (user and system: the
 # pool, pg, libpq, the reactor, the kernel's socket work; PostgreSQL's own work is in other
 # processes), objects allocated per statement, GC runs, and the pool's pipelining counters.
-# With WEFT_STACKPROF set it samples the measured seconds with stackprof (which must be
-# installed: `gem install stackprof`; it is not in the bundle) and writes the dump there.
+# With WEFT_STACKPROF set it samples the measured seconds with stackprof (in the bench group of
+# the Gemfile) and writes the dump there.
 # With WEFT_COUNT set it counts, per statement, fiber switches and calls of the reactor's and
 # pg's methods that a statement's trip goes through (TracePoints slow the run down; the counts
 # are what matters). DATABASE_URL picks the server (a private throwaway cluster otherwise, see support.rb).
@@ -36,26 +36,11 @@ module PostgresBench
 
     def run(seconds)
       pool = Weft::Postgres::Pool.new(PostgresBench.database[:url], limit: PoolBench::CONNECTIONS)
-      count = 0
       figures = nil
       counts = nil
-      Weft.run do
-        deadline = nil
-        measuring = false
-        workers = Array.new(PoolBench::FIBERS) do
-          Weft.spawn do
-            until deadline && PostgresBench.now >= deadline
-              pool.query("select 1")
-              count += 1 if measuring
-            end
-          end
-        end
-        sleep 1 # warm-up
+      count, = PoolBench.select_one_loop(pool, seconds) do |measured|
         before = snapshot
-        count = 0
-        measuring = true
-        deadline = PostgresBench.now + seconds
-        counts = counted { profiled { Weft.gather(workers) } }
+        counts = counted { profiled { measured.call } }
         figures = delta(before, snapshot)
       end
       report(count, figures, pool.statistics) + counts.map { |name, n| format("%-30s %.2f per statement\n", name, n.to_f / count) }.join
