@@ -8,6 +8,7 @@ require "socket"
 require "tmpdir"
 require "fileutils"
 require_relative "../support/ports"
+require_relative "../../test/support/certificates"
 
 module Bench
   ROOT = File.expand_path("../..", __dir__)
@@ -20,41 +21,11 @@ module Bench
   end
 
 
-  # A CA and a certificate for 127.0.0.1/localhost, written to TMP.
+  # A CA and a certificate for 127.0.0.1/localhost, written to TMP (test/support/certificates.rb).
   # @return [Hash] :ca_file, :cert_file, :key_file
   def certificates
     FileUtils.mkdir_p(TMP)
-    ca_key = OpenSSL::PKey::EC.generate("prime256v1")
-    ca = sign("CN=Weft Bench CA", ca_key, ca_key, nil, ca: true)
-    key = OpenSSL::PKey::EC.generate("prime256v1")
-    cert = sign("CN=localhost", key, ca_key, ca)
-    files = { ca_file: File.join(TMP, "ca.pem"), cert_file: File.join(TMP, "cert.pem"), key_file: File.join(TMP, "key.pem") }
-    File.write(files[:ca_file], ca.to_pem)
-    File.write(files[:cert_file], cert.to_pem)
-    File.write(files[:key_file], key.to_pem)
-    files
-  end
-
-  def sign(subject, key, issuer_key, issuer, ca: false)
-    cert = OpenSSL::X509::Certificate.new
-    cert.version = 2
-    cert.serial = rand(1 << 64)
-    cert.subject = OpenSSL::X509::Name.parse(subject)
-    cert.issuer = issuer ? issuer.subject : cert.subject
-    cert.public_key = key
-    cert.not_before = Time.now - 60
-    cert.not_after = Time.now + 86_400
-    factory = OpenSSL::X509::ExtensionFactory.new
-    factory.subject_certificate = cert
-    factory.issuer_certificate = issuer || cert
-    if ca
-      cert.add_extension(factory.create_extension("basicConstraints", "CA:TRUE", true))
-      cert.add_extension(factory.create_extension("keyUsage", "keyCertSign,cRLSign", true))
-    else
-      cert.add_extension(factory.create_extension("subjectAltName", "DNS:localhost,IP:127.0.0.1"))
-    end
-    cert.sign(issuer_key, OpenSSL::Digest.new("SHA256"))
-    cert
+    Weft::Test::Certificates.generate(TMP, valid_for: 86_400).slice(:ca_file, :cert_file, :key_file)
   end
 
   # Starts a server process and waits until `port` accepts connections.

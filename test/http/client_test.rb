@@ -264,8 +264,8 @@ class HTTPClientTest < Minitest::Test
   end
 
   def test_tls_with_verification_and_session_resumption
-    certs = Weft::Test::TestCerts.generate
-    srv = server(tls: Weft::Test::TestCerts.server_context(certs)) { |r| [200, {}, "secure #{r.path}"] }
+    certs = Weft::Test::Certificates.generate
+    srv = server(tls: Weft::Test::Certificates.server_context(certs)) { |r| [200, {}, "secure #{r.path}"] }
     http = client(srv.url, ssl: { ca_file: certs[:ca_file] })
     3.times { assert_equal "secure /a", http.get("/a").body }
     assert_equal 1, srv.connections
@@ -279,12 +279,12 @@ class HTTPClientTest < Minitest::Test
   end
 
   def test_tls_verification_failures_are_distinct
-    certs = Weft::Test::TestCerts.generate
-    srv = server(tls: Weft::Test::TestCerts.server_context(certs)) { [200, {}, "secure"] }
+    certs = Weft::Test::Certificates.generate
+    srv = server(tls: Weft::Test::Certificates.server_context(certs)) { [200, {}, "secure"] }
     error = assert_raises(Weft::HTTP::TLSVerificationError) { client(srv.url).get("/") }
     assert_match(/issuer/, error.message)
-    other = Weft::Test::TestCerts.generate(san: "DNS:other.example")
-    elsewhere = server(tls: Weft::Test::TestCerts.server_context(other)) { [200, {}, "secure"] }
+    other = Weft::Test::Certificates.generate(san: "DNS:other.example")
+    elsewhere = server(tls: Weft::Test::Certificates.server_context(other)) { [200, {}, "secure"] }
     mismatch = client(elsewhere.url, ssl: { ca_file: other[:ca_file] })
     error = assert_raises(Weft::HTTP::TLSVerificationError) { mismatch.get("/") }
     assert_match(/hostname|match/i, error.message)

@@ -63,8 +63,8 @@ class HTTPFaradayAdapterTest < Minitest::Test
   end
 
   def test_ssl_options
-    certs = Weft::Test::TestCerts.generate
-    srv = server(tls: Weft::Test::TestCerts.server_context(certs)) { [200, {}, "secure"] }
+    certs = Weft::Test::Certificates.generate
+    srv = server(tls: Weft::Test::Certificates.server_context(certs)) { [200, {}, "secure"] }
     assert_equal "secure", faraday(srv.url, ssl: { ca_file: certs[:ca_file] }).get("/").body
     assert_raises(Faraday::SSLError) { faraday(srv.url).get("/") }
     assert_equal "secure", faraday(srv.url, ssl: { verify: false }).get("/").body

@@ -74,8 +74,8 @@ class HTTPRedirectAndProxyTest < Minitest::Test
   end
 
   def test_https_through_a_connect_tunnel
-    certs = Weft::Test::TestCerts.generate
-    origin = server(tls: Weft::Test::TestCerts.server_context(certs)) { |r| [200, {}, "tunnelled #{r.path}"] }
+    certs = Weft::Test::Certificates.generate
+    origin = server(tls: Weft::Test::Certificates.server_context(certs)) { |r| [200, {}, "tunnelled #{r.path}"] }
     connects = Queue.new
     proxy = server(raw: true) do |socket|
       head = +""

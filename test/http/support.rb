@@ -4,6 +4,7 @@ require "socket"
 require "openssl"
 require "tmpdir"
 require "weft/http1/parser"
+require_relative "../support/certificates"
 
 module Weft
   module Test
@@ -147,52 +148,6 @@ module Weft
       end
     end
 
-    # A throwaway certificate authority and a server certificate for 127.0.0.1 and localhost.
-    module TestCerts
-      module_function
-
-      def generate(dir = Dir.mktmpdir("weft-tls"), san: "DNS:localhost,IP:127.0.0.1")
-        ca_key = OpenSSL::PKey::EC.generate("prime256v1")
-        ca = certificate("CN=Weft Test CA", ca_key, ca_key, nil, ca: true)
-        key = OpenSSL::PKey::EC.generate("prime256v1")
-        cert = certificate("CN=localhost", key, ca_key, ca, san: san)
-        ca_file = File.join(dir, "ca.pem")
-        File.write(ca_file, ca.to_pem)
-        { ca_file: ca_file, ca: ca, cert: cert, key: key, dir: dir }
-      end
-
-      def server_context(certs)
-        context = OpenSSL::SSL::SSLContext.new
-        context.cert = certs[:cert]
-        context.key = certs[:key]
-        context.session_id_context = "weft-test"
-        context
-      end
-
-      def certificate(subject, key, issuer_key, issuer, ca: false, san: nil)
-        cert = OpenSSL::X509::Certificate.new
-        cert.version = 2
-        cert.serial = rand(1 << 64)
-        cert.subject = OpenSSL::X509::Name.parse(subject)
-        cert.issuer = issuer ? issuer.subject : cert.subject
-        cert.public_key = key
-        cert.not_before = Time.now - 60
-        cert.not_after = Time.now + 3600
-        extensions = OpenSSL::X509::ExtensionFactory.new
-        extensions.subject_certificate = cert
-        extensions.issuer_certificate = issuer || cert
-        if ca
-          cert.add_extension(extensions.create_extension("basicConstraints", "CA:TRUE", true))
-          cert.add_extension(extensions.create_extension("keyUsage", "keyCertSign,cRLSign", true))
-        else
-          cert.add_extension(extensions.create_extension("subjectAltName", san))
-          cert.add_extension(extensions.create_extension("extendedKeyUsage", "serverAuth"))
-        end
-        cert.sign(issuer_key, OpenSSL::Digest.new("SHA256"))
-        cert
-      end
-    end
-  
     # Setup shared by the client's test classes: servers and clients made through #server and
     # #client are closed after each test. Clients ignore proxies from the environment unless a
     # test passes one.

@@ -3,6 +3,7 @@
 require_relative "../test_helper"
 require_relative "support/server_helpers"
 require_relative "support/process_helpers"
+require_relative "../support/certificates"
 require "openssl"
 require "tmpdir"
 require "English"
@@ -41,7 +42,9 @@ class ServerCLITest < Minitest::Test
 
   def test_ssl_bind
     Dir.mktmpdir do |dir|
-      cert, key = self_signed(dir)
+      certs = Weft::Test::Certificates.generate(dir)
+      cert = certs[:cert_file]
+      key = certs[:key_file]
       app = ->(env) { [200, {}, [env["rack.url_scheme"]]] }
       with_server(app, binds: ["ssl://127.0.0.1:0?cert=#{cert}&key=#{key}"]) do |_, port|
         http = Net::HTTP.new("127.0.0.1", port)
@@ -184,20 +187,5 @@ class ServerCLITest < Minitest::Test
     [status.exitstatus || status.termsig && -status.termsig, stderr.value]
   ensure
     err_reader&.close
-  end
-
-  def self_signed(dir)
-    key = OpenSSL::PKey::RSA.new(2048)
-    cert = OpenSSL::X509::Certificate.new
-    cert.version = 2
-    cert.serial = 1
-    cert.subject = cert.issuer = OpenSSL::X509::Name.parse("/CN=localhost")
-    cert.public_key = key.public_key
-    cert.not_before = Time.now - 60
-    cert.not_after = Time.now + 3600
-    cert.sign(key, OpenSSL::Digest.new("SHA256"))
-    File.write(File.join(dir, "cert.pem"), cert.to_pem)
-    File.write(File.join(dir, "key.pem"), key.to_pem)
-    [File.join(dir, "cert.pem"), File.join(dir, "key.pem")]
   end
 end
