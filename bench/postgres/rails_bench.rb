@@ -1,0 +1,208 @@
+# frozen_string_literal: true
+
+# Issue #12's Rails proof, measured: the Rails 7.2 app of test/postgres/apps/rails_app (each
+# request: five queries, one of them in a transaction with a uniqueness validation, one with
+# `includes`, then `pg_sleep(0.05)`) on Weft, Falcon and Puma, each one process with the same
+# budget of 5 PostgreSQL connections, one after the other against a private cluster:
+#
+#   bundle exec ruby bench/postgres/rails_bench.rb [seconds]   # writes bench/results/rails.md
+#
+# Load: wrk, closed loop (BENCH_C connections, each sending its next request when the last
+# one answered), then Bench::OpenLoop at fixed rates (BENCH_RATES requests/s, new requests
+# whatever the server does). Each server gets its own database (created, migrated and seeded by
+# the app's Rails tasks), and a thread counts that database's backends in pg_stat_activity
+# while the load runs.
+#
+# Environment: BENCH_SERVERS (default "weft,falcon,puma5,puma10"; pumaN is Puma with N
+# threads), BENCH_C (200), BENCH_RATES ("50,90"), BENCH_DB_POOL (5), BENCH_OUT (the report's
+# path).
+
+require_relative "support"
+require_relative "http_bench"
+require_relative "../support/open_loop"
+require_relative "../support/report"
+require "rbconfig"
+
+module PostgresBench
+  # The Rails app on three servers with the same connection budget.
+  module RailsBench
+    APP = File.join(ROOT, "test/postgres/apps/rails_app")
+    SCRIPT = File.join(__dir__, "rails_post.lua")
+    AUTHORS = 200
+    POOL = Integer(ENV.fetch("BENCH_DB_POOL", "5"))
+    FORM = { "content-type" => "application/x-www-form-urlencoded" }.freeze
+    # A request sleeps 0.05 s in PostgreSQL, and a connection runs one statement at a time.
+    SLEEP = 0.05
+
+    module_function
+
+    # @return [Hash] :label, :scheme (of DATABASE_URL, which picks the adapter), :isolation
+    #   (ActiveSupport's isolation level), :command (a lambda of the port)
+    def server(name)
+      config_ru = File.join(APP, "config.ru")
+      case name
+      when "weft"
+        { label: "Weft", scheme: "weft-postgresql", isolation: "fiber", how: "`weft serve -w 0`, adapter weft_postgresql",
+          command: ->(port) { [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", config_ru, "-b", "tcp://127.0.0.1:#{port}", "-w", "0", "-q"] } }
+      when "falcon"
+        { label: "Falcon", scheme: "postgres", isolation: "fiber", how: "`falcon serve --forked -n 1`, adapter postgresql",
+          command: lambda { |port|
+            [RbConfig.ruby, Gem.bin_path("falcon", "falcon"), "serve", "--forked", "-n", "1", "-b", "http://127.0.0.1:#{port}", "-c", config_ru]
+          } }
+      when /\Apuma(\d+)\z/
+        threads = Regexp.last_match(1)
+        { label: "Puma -t #{threads}", scheme: "postgres", isolation: "thread", how: "`puma -w 0 -t #{threads}:#{threads}`, adapter postgresql",
+          command: lambda { |port|
+            [RbConfig.ruby, Gem.bin_path("puma", "puma"), "-w", "0", "-t", "#{threads}:#{threads}", "-b", "tcp://127.0.0.1:#{port}",
+             "-e", "production", "-q", config_ru]
+          } }
+      else raise ArgumentError, "unknown server #{name} (weft, falcon, pumaN)"
+      end
+    end
+
+    # The app's environment on `name`'s database.
+    def environment(name)
+      database = "weft_rails_#{name}"
+      url = PostgresBench.database[:url].sub(%r{/[^/]*\z}, "/#{database}").sub(/\Apostgres(ql)?:/, "#{server(name)[:scheme]}:")
+      { "RAILS_ENV" => "production", "DATABASE_URL" => url, "DB_POOL" => POOL.to_s, "SEED_AUTHORS" => AUTHORS.to_s,
+        "RAILS_ISOLATION_LEVEL" => server(name)[:isolation] }
+    end
+
+    # Creates, migrates and seeds `name`'s database with the app's own Rails tasks.
+    def prepare(name)
+      out, status = Open3.capture2e(environment(name), RbConfig.ruby, Gem.bin_path("rake", "rake"), "db:drop", "db:create",
+                                    "db:migrate", "db:seed", "DISABLE_DATABASE_ENVIRONMENT_CHECK=1", chdir: APP)
+      raise "rails tasks failed for #{name}:\n#{out}" unless status.success?
+    end
+
+    # One new post, as the test and wrk's script send it.
+    def post(http, title)
+      http.post("/authors/#{rand(1..AUTHORS)}/posts", URI.encode_www_form(title: title), FORM)
+    end
+
+    # Runs the block while a thread counts the backends of `database` every 20 ms.
+    # @return [Array(Object, Integer)] the block's value and the most backends seen
+    def watching_backends(database)
+      most = 0
+      done = false
+      watcher = Thread.new do
+        conn = PG.connect(PostgresBench.database[:url])
+        until done
+          most = [most, conn.exec_params("select count(*) from pg_stat_activity where datname = $1", [database]).getvalue(0, 0).to_i].max
+          sleep 0.02
+        end
+      ensure
+        conn&.close
+      end
+      value = yield
+      done = true
+      watcher.join
+      [value, most]
+    end
+
+    # Measures one server: warm-up, closed loop, then each open-loop rate.
+    # @return [Hash] :closed and :open (rate => figures), each with :backends; :timeouts
+    def measure(name, seconds, connections, rates)
+      prepare(name)
+      database = "weft_rails_#{name}"
+      env = environment(name)
+      HttpBench.serve("rails-#{name}", server(name)[:command], env) do |port, log|
+        url = "http://127.0.0.1:#{port}/"
+        settle = -> { HttpBench.settle(port, fast: SLEEP * 4, probe: ->(http) { post(http, "settle-#{rand(1 << 60)}") }) }
+        HttpBench.wrk_url(url, 3, 20, script: SCRIPT, script_args: ["warm-up", AUTHORS.to_s])
+        settle.call
+        closed, backends = watching_backends(database) do
+          HttpBench.wrk_url(url, seconds, connections, script: SCRIPT, script_args: ["closed", AUTHORS.to_s])
+        end
+        closed[:backends] = backends
+        warn "#{name} closed loop c=#{connections}: #{closed.inspect}"
+        open = rates.to_h do |rate|
+          settle.call
+          figures, backends = watching_backends(database) do
+            Bench::OpenLoop.new(rate: rate, seconds: seconds).run("127.0.0.1", port) { |http, number| post(http, "open-#{rate}-#{number}") }
+          end
+          warn "#{name} open loop #{rate}/s: #{figures.inspect}"
+          [rate, figures.merge(backends: backends)]
+        end
+        { closed: closed, open: open, timeouts: File.read(log).scan(/ConnectionTimeoutError/).size }
+      end
+    end
+
+    def ms(value)
+      value ? format("%.0f", value) : "n/a"
+    end
+
+    def tool_version(*command)
+      Open3.capture2e(*command).first.lines.first.to_s.strip
+    rescue SystemCallError
+      "not installed"
+    end
+
+    def report(seconds)
+      HttpBench.raise_file_limit
+      names = HttpBench.list("BENCH_SERVERS", "weft,falcon,puma5,puma10")
+      connections = Integer(ENV.fetch("BENCH_C", "200"))
+      rates = HttpBench.list("BENCH_RATES", "50,90").map { |rate| Integer(rate) }
+      results = names.to_h { |name| [name, measure(name, seconds, connections, rates)] }
+      label = ->(name) { server(name)[:label] }
+      ceiling = POOL / SLEEP
+
+      page = Bench::Report.new("Rails 7.2 on Weft, Falcon and Puma with 5 PostgreSQL connections",
+                               command: "bundle exec ruby bench/postgres/rails_bench.rb #{seconds}")
+      page.paragraph(<<~TEXT)
+        PostgreSQL #{PostgresBench.server_version} (private throwaway cluster, fsync off, on the same machine);
+        #{tool_version('wrk', '-v')}; railties #{Gem.loaded_specs['railties']&.version}, activerecord
+        #{Gem.loaded_specs['activerecord']&.version}. The server under test, PostgreSQL and the load generator share the machine's cores.
+      TEXT
+      page.paragraph(<<~TEXT)
+        The app is test/postgres/apps/rails_app (the one test/postgres/rails_app_test.rb runs), unchanged on every
+        server: `POST /authors/:id/posts` finds the author, creates a post in a transaction (a uniqueness
+        validation's query, then the insert), loads the author's five newest posts with `includes(:author)`, and runs
+        `select pg_sleep(0.05)`. Every server is one process with `pool: #{POOL}` in database.yml (DB_POOL), so at most
+        #{POOL} PostgreSQL connections: #{names.map { |name| "#{label.call(name)}: #{server(name)[:how]}, isolation level :#{server(name)[:isolation]}" }.join('; ')}.
+        Each request sleeps #{SLEEP} s on a connection that runs one statement at a time, so no server can pass
+        #{ceiling.round} requests/s with #{POOL} connections. Puma runs with as many threads as connections (5) and with twice as many:
+        ActiveRecord 7.2 takes a connection for each statement (or transaction) and gives it back, so a thread that is
+        not in a statement holds none.
+      TEXT
+
+      closed_rows = names.map do |name|
+        r = results[name][:closed]
+        [label.call(name), PostgresBench.format_number(r[:rps]), ms(r[:p50]), ms(r[:p99]), r[:errors], r[:backends], results[name][:timeouts]]
+      end
+      page.paragraph("## Closed loop: wrk -c#{connections}, #{seconds} s\n\n`wrk -t2 -c#{connections} -d#{seconds}s --timeout 30s " \
+                     "--latency -s bench/postgres/rails_post.lua` (each request a new title for a random one of #{AUTHORS} authors), " \
+                     "after a 3 s warm-up at 20 connections. Errors: non-2xx answers and socket errors. Backends: the most " \
+                     "connections to the server's database in pg_stat_activity, sampled every 20 ms. Timeouts: " \
+                     "ActiveRecord::ConnectionTimeoutError in the server's log over the whole run.")
+      page.table(["server", "requests/s", "p50 ms", "p99 ms", "errors", "backends (max)", "ConnectionTimeoutError"], closed_rows)
+      page.chart("Requests/s, closed loop (ceiling #{ceiling.round}):", names.map { |name| [label.call(name), results[name][:closed][:rps]] },
+                 format: "%.1f")
+
+      page.paragraph("## Open loop: fixed rates, #{seconds} s each\n\nbench/support/open_loop.rb: request i is sent at " \
+                     "start + i / rate on a new connection, whatever the server does, and its latency counts from then; " \
+                     "wrk2 is not in Debian, and `hey -q` limits each worker's rate but still waits for each answer, " \
+                     "so it is closed loop too. Rates: #{rates.join(' and ')} requests/s " \
+                     "(#{rates.map { |rate| "#{(rate * 100 / ceiling).round}%" }.join(' and ')} of the ceiling).")
+      open_rows = rates.flat_map do |rate|
+        names.map do |name|
+          r = results[name][:open][rate]
+          [label.call(name), rate, r[:sent], PostgresBench.format_number(r[:rps]), ms(r[:p50]), ms(r[:p99]), ms(r[:max]), r[:errors], r[:backends]]
+        end
+      end
+      page.table(["server", "rate", "sent", "answered/s", "p50 ms", "p99 ms", "max ms", "errors", "backends (max)"], open_rows)
+      rates.each do |rate|
+        page.chart("p99 latency in ms at #{rate} requests/s (open loop):", names.map { |name| [label.call(name), results[name][:open][rate][:p99].to_f] },
+                   format: "%.0f")
+      end
+      page
+    end
+  end
+end
+
+if $PROGRAM_NAME == __FILE__
+  seconds = Integer(ARGV.fetch(0, 20))
+  out = ENV.fetch("BENCH_OUT", File.join(ROOT, "bench/results/rails.md"))
+  PostgresBench::RailsBench.report(seconds).write(out)
+  puts File.read(out)
+end
