@@ -14,7 +14,7 @@
 # while the load runs.
 #
 # Environment: BENCH_SERVERS (default "weft,falcon,puma5,puma10"; pumaN is Puma with N
-# threads), BENCH_C (200), BENCH_RATES ("50,90"), BENCH_DB_POOL (5), BENCH_OUT (the report's
+# threads), BENCH_C (200), BENCH_RATES ("50,70,90"), BENCH_DB_POOL (5), BENCH_OUT (the report's
 # path).
 
 require_relative "support"
@@ -80,7 +80,10 @@ module PostgresBench
       http.post("/authors/#{rand(1..AUTHORS)}/posts", URI.encode_www_form(title: title), FORM)
     end
 
-    # Runs the block while a thread counts the backends of `database` every 20 ms.
+    # The app's connections to a database; not autovacuum's workers, which visit it too.
+    BACKENDS = "select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend'"
+
+    # Runs the block while a thread counts the client backends of `database` every 20 ms.
     # @return [Array(Object, Integer)] the block's value and the most backends seen
     def watching_backends(database)
       most = 0
@@ -88,7 +91,7 @@ module PostgresBench
       watcher = Thread.new do
         conn = PG.connect(PostgresBench.database[:url])
         until done
-          most = [most, conn.exec_params("select count(*) from pg_stat_activity where datname = $1", [database]).getvalue(0, 0).to_i].max
+          most = [most, conn.exec_params(BACKENDS, [database]).getvalue(0, 0).to_i].max
           sleep 0.02
         end
       ensure
@@ -100,6 +103,24 @@ module PostgresBench
       [value, most]
     end
 
+    # Waits until no statement has run on `database` for half a second: the requests that
+    # the last load left queued are done. (A quick answer to one request is not proof of that
+    # on its own: Weft's pool sends a new statement to its least busy connection, which may be
+    # free while the others still work through a backlog.)
+    def wait_idle(database, limit: 120)
+      conn = PG.connect(PostgresBench.database[:url])
+      deadline = PostgresBench.now + limit
+      idle_since = PostgresBench.now
+      while PostgresBench.now < deadline
+        busy = conn.exec_params("#{BACKENDS} and state <> 'idle'", [database]).getvalue(0, 0).to_i.positive?
+        idle_since = PostgresBench.now if busy
+        return if PostgresBench.now - idle_since >= 0.5
+        sleep 0.02
+      end
+    ensure
+      conn&.close
+    end
+
     # Measures one server: warm-up, closed loop, then each open-loop rate.
     # @return [Hash] :closed and :open (rate => figures), each with :backends; :timeouts
     def measure(name, seconds, connections, rates)
@@ -108,7 +129,10 @@ module PostgresBench
       env = environment(name)
       HttpBench.serve("rails-#{name}", server(name)[:command], env) do |port, log|
         url = "http://127.0.0.1:#{port}/"
-        settle = -> { HttpBench.settle(port, fast: SLEEP * 4, probe: ->(http) { post(http, "settle-#{rand(1 << 60)}") }) }
+        settle = lambda do
+          wait_idle(database)
+          HttpBench.settle(port, fast: SLEEP * 4, probe: ->(http) { post(http, "settle-#{rand(1 << 60)}") })
+        end
         HttpBench.wrk_url(url, 3, 20, script: SCRIPT, script_args: ["warm-up", AUTHORS.to_s])
         settle.call
         closed, backends = watching_backends(database) do
@@ -133,7 +157,7 @@ module PostgresBench
     end
 
     def tool_version(*command)
-      Open3.capture2e(*command).first.lines.first.to_s.strip
+      Open3.capture2e(*command).first.lines.first.to_s.sub(/\s*Copyright.*/, "").strip
     rescue SystemCallError
       "not installed"
     end
@@ -142,7 +166,7 @@ module PostgresBench
       HttpBench.raise_file_limit
       names = HttpBench.list("BENCH_SERVERS", "weft,falcon,puma5,puma10")
       connections = Integer(ENV.fetch("BENCH_C", "200"))
-      rates = HttpBench.list("BENCH_RATES", "50,90").map { |rate| Integer(rate) }
+      rates = HttpBench.list("BENCH_RATES", "50,70,90").map { |rate| Integer(rate) }
       results = names.to_h { |name| [name, measure(name, seconds, connections, rates)] }
       label = ->(name) { server(name)[:label] }
       ceiling = POOL / SLEEP
@@ -176,6 +200,12 @@ module PostgresBench
                      "connections to the server's database in pg_stat_activity, sampled every 20 ms. Timeouts: " \
                      "ActiveRecord::ConnectionTimeoutError in the server's log over the whole run.")
       page.table(["server", "requests/s", "p50 ms", "p99 ms", "errors", "backends (max)", "ConnectionTimeoutError"], closed_rows)
+      if results["weft"]
+        weft = results["weft"][:closed][:rps]
+        ratios = (names - ["weft"]).map { |name| format("%s %.2fx", label.call(name), weft / results[name][:closed][:rps]) }
+        page.paragraph("Weft's requests/s over each peer's: #{ratios.join(', ')}. Share of the ceiling: " \
+                       "#{names.map { |name| "#{label.call(name)} #{(results[name][:closed][:rps] * 100 / ceiling).round}%" }.join(', ')}.")
+      end
       page.chart("Requests/s, closed loop (ceiling #{ceiling.round}):", names.map { |name| [label.call(name), results[name][:closed][:rps]] },
                  format: "%.1f")
 
