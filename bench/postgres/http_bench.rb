@@ -80,12 +80,14 @@ module PostgresBench
     # Waits until the server has worked off what the last cell left queued (wrk stops sending,
     # but requests already accepted still run their statements): a short-only request must
     # answer at once. Without it a cell after a heavy one measures the backlog (0 req/s).
-    def settle(port, limit: 120)
+    # Another app passes its own `probe` (given the Net::HTTP session) and how soon it answers
+    # when nothing is queued (`fast`, seconds).
+    def settle(port, limit: 120, fast: 0.05, probe: ->(http) { http.get("/?n=0") })
       deadline = PostgresBench.now + limit
       loop do
         started = PostgresBench.now
-        Net::HTTP.start("127.0.0.1", port, read_timeout: limit) { |http| http.get("/?n=0") }
-        return if PostgresBench.now - started < 0.05 || PostgresBench.now > deadline
+        Net::HTTP.start("127.0.0.1", port, read_timeout: limit) { |http| probe.call(http) }
+        return if PostgresBench.now - started < fast || PostgresBench.now > deadline
       end
     end
 
@@ -99,15 +101,23 @@ module PostgresBench
       Process.setrlimit(:NOFILE, [hard, 65_536].min)
     end
 
-    def with_server(name)
+    def with_server(name, &block)
       _label, pool, command = SERVERS.fetch(name)
-      port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
       env = { "DATABASE_URL" => PostgresBench.database[:url], "BENCH_POOL" => pool, "RUBYLIB" => File.join(ROOT, "lib"),
               "RACK_ENV" => "production" }
+      serve(name, command, env, &block)
+    end
+
+    # Starts `command` (a lambda of the port) in a process group of its own with `env`, waits
+    # until it listens, yields the port and the path of its log (standard output and error),
+    # then stops the whole group (Falcon's forked child too).
+    # @yieldparam port [Integer] @yieldparam log [String]
+    def serve(name, command, env)
+      port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
       log = File.join(Dir.tmpdir, "weft-bench-#{name}.log")
       pid = Process.spawn(env, *command.call(port), out: log, err: log, pgroup: true, chdir: ROOT)
       wait_for(port, pid, log)
-      yield port
+      yield port, log
     ensure
       if pid
         Process.kill("TERM", -pid) rescue nil # rubocop:disable Style/RescueModifier
@@ -132,9 +142,18 @@ module PostgresBench
 
     # Runs wrk and returns :rps, :errors (non-2xx + socket errors), :avg/:p50/:p99 latency (ms).
     def wrk(port, seconds, connections, n)
+      wrk_url("http://127.0.0.1:#{port}/?n=#{n}", seconds, connections)
+    end
+
+    # wrk against `url`, optionally with a Lua `script` (given `script_args` after `--`).
+    # @return [Hash] :rps, :errors (non-2xx + socket errors), :avg/:p50/:p99 latency (ms)
+    def wrk_url(url, seconds, connections, script: nil, script_args: [])
       threads = [2, connections].min
-      out, status = Open3.capture2e("wrk", "-t#{threads}", "-c#{connections}", "-d#{seconds}s", "--timeout", "30s",
-                                    "--latency", "http://127.0.0.1:#{port}/?n=#{n}")
+      command = ["wrk", "-t#{threads}", "-c#{connections}", "-d#{seconds}s", "--timeout", "30s", "--latency"]
+      command += ["-s", script] if script
+      command << url
+      command += ["--", *script_args] unless script_args.empty?
+      out, status = Open3.capture2e(*command)
       raise "wrk failed: #{out}" unless status.success?
       warn "wrk reported no rate:\n#{out}" unless out.match?(/Requests\/sec/)
       errors = out[/Non-2xx or 3xx responses: (\d+)/, 1].to_i

@@ -1,0 +1,210 @@
+# frozen_string_literal: true
+
+# Issue #12's Rails proof, measured: the Rails 7.2 app of test/postgres/apps/rails_app (each
+# request: five queries, one of them in a transaction with a uniqueness validation, one with
+# `includes`, then `pg_sleep(0.05)`) on Weft, Falcon and Puma, each one process with the same
+# budget of 5 PostgreSQL connections, one after the other against a private cluster:
+#
+#   bundle exec ruby bench/postgres/rails_bench.rb [seconds]   # writes bench/results/rails.md
+#
+# Load: wrk, closed loop (BENCH_C connections, each sending its next request when the last
+# one answered). Latency at a fixed rate (open loop) is not measured here yet: Debian has no
+# wrk2, `hey -q` waits for each answer, and the JMeter plan of bench/ringpool is the ring pool's.
+# Each server gets its own database (created, migrated and seeded by the app's Rails tasks), and
+# a thread counts that database's backends in pg_stat_activity while the load runs.
+#
+# Environment: BENCH_SERVERS (default "weft,falcon,puma5,puma10"; pumaN is Puma with N
+# threads), BENCH_C (200), BENCH_DB_POOL (5), BENCH_OUT (the report's path).
+
+require_relative "support"
+require_relative "http_bench"
+require_relative "../support/report"
+require "rbconfig"
+
+module PostgresBench
+  # The Rails app on three servers with the same connection budget.
+  module RailsBench
+    APP = File.join(ROOT, "test/postgres/apps/rails_app")
+    SCRIPT = File.join(__dir__, "rails_post.lua")
+    AUTHORS = 200
+    POOL = Integer(ENV.fetch("BENCH_DB_POOL", "5"))
+    FORM = { "content-type" => "application/x-www-form-urlencoded" }.freeze
+    # A request sleeps 0.05 s in PostgreSQL, and a connection runs one statement at a time.
+    SLEEP = 0.05
+
+    module_function
+
+    # @return [Hash] :label, :scheme (of DATABASE_URL, which picks the adapter), :isolation
+    #   (ActiveSupport's isolation level), :command (a lambda of the port)
+    def server(name)
+      config_ru = File.join(APP, "config.ru")
+      case name
+      when "weft"
+        { label: "Weft", scheme: "weft-postgresql", isolation: "fiber", how: "`weft serve -w 0`, adapter weft_postgresql",
+          command: ->(port) { [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", config_ru, "-b", "tcp://127.0.0.1:#{port}", "-w", "0", "-q"] } }
+      when "falcon"
+        { label: "Falcon", scheme: "postgres", isolation: "fiber", how: "`falcon serve --forked -n 1`, adapter postgresql",
+          command: lambda { |port|
+            [RbConfig.ruby, Gem.bin_path("falcon", "falcon"), "serve", "--forked", "-n", "1", "-b", "http://127.0.0.1:#{port}", "-c", config_ru]
+          } }
+      when /\Apuma(\d+)\z/
+        threads = Regexp.last_match(1)
+        { label: "Puma -t #{threads}", scheme: "postgres", isolation: "thread", how: "`puma -w 0 -t #{threads}:#{threads}`, adapter postgresql",
+          command: lambda { |port|
+            [RbConfig.ruby, Gem.bin_path("puma", "puma"), "-w", "0", "-t", "#{threads}:#{threads}", "-b", "tcp://127.0.0.1:#{port}",
+             "-e", "production", "-q", config_ru]
+          } }
+      else raise ArgumentError, "unknown server #{name} (weft, falcon, pumaN)"
+      end
+    end
+
+    # The app's environment on `name`'s database.
+    def environment(name)
+      database = "weft_rails_#{name}"
+      url = PostgresBench.database[:url].sub(%r{/[^/]*\z}, "/#{database}").sub(/\Apostgres(ql)?:/, "#{server(name)[:scheme]}:")
+      { "RAILS_ENV" => "production", "DATABASE_URL" => url, "DB_POOL" => POOL.to_s, "SEED_AUTHORS" => AUTHORS.to_s,
+        "RAILS_ISOLATION_LEVEL" => server(name)[:isolation] }
+    end
+
+    # Creates, migrates and seeds `name`'s database with the app's own Rails tasks.
+    def prepare(name)
+      out, status = Open3.capture2e(environment(name), RbConfig.ruby, Gem.bin_path("rake", "rake"), "db:drop", "db:create",
+                                    "db:migrate", "db:seed", "DISABLE_DATABASE_ENVIRONMENT_CHECK=1", chdir: APP)
+      raise "rails tasks failed for #{name}:\n#{out}" unless status.success?
+    end
+
+    # One new post, as the test and wrk's script send it.
+    def post(http, title)
+      http.post("/authors/#{rand(1..AUTHORS)}/posts", URI.encode_www_form(title: title), FORM)
+    end
+
+    # The app's connections to a database; not autovacuum's workers, which visit it too.
+    BACKENDS = "select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend'"
+
+    # Runs the block while a thread counts the client backends of `database` every 20 ms.
+    # @return [Array(Object, Integer)] the block's value and the most backends seen
+    def watching_backends(database)
+      most = 0
+      done = false
+      watcher = Thread.new do
+        conn = PG.connect(PostgresBench.database[:url])
+        until done
+          most = [most, conn.exec_params(BACKENDS, [database]).getvalue(0, 0).to_i].max
+          sleep 0.02
+        end
+      ensure
+        conn&.close
+      end
+      value = yield
+      done = true
+      watcher.join
+      [value, most]
+    end
+
+    # Waits until no statement has run on `database` for half a second: the requests that
+    # the last load left queued are done. (A quick answer to one request is not proof of that
+    # on its own: Weft's pool sends a new statement to its least busy connection, which may be
+    # free while the others still work through a backlog.)
+    def wait_idle(database, limit: 120)
+      conn = PG.connect(PostgresBench.database[:url])
+      deadline = PostgresBench.now + limit
+      idle_since = PostgresBench.now
+      while PostgresBench.now < deadline
+        busy = conn.exec_params("#{BACKENDS} and state <> 'idle'", [database]).getvalue(0, 0).to_i.positive?
+        idle_since = PostgresBench.now if busy
+        return if PostgresBench.now - idle_since >= 0.5
+        sleep 0.02
+      end
+    ensure
+      conn&.close
+    end
+
+    # Measures one server: warm-up, then the closed loop.
+    # @return [Hash] :closed (with :backends), :timeouts
+    def measure(name, seconds, connections)
+      prepare(name)
+      database = "weft_rails_#{name}"
+      env = environment(name)
+      HttpBench.serve("rails-#{name}", server(name)[:command], env) do |port, log|
+        url = "http://127.0.0.1:#{port}/"
+        HttpBench.wrk_url(url, 3, 20, script: SCRIPT, script_args: ["warm-up", AUTHORS.to_s])
+        wait_idle(database)
+        HttpBench.settle(port, fast: SLEEP * 4, probe: ->(http) { post(http, "settle-#{rand(1 << 60)}") })
+        closed, backends = watching_backends(database) do
+          HttpBench.wrk_url(url, seconds, connections, script: SCRIPT, script_args: ["closed", AUTHORS.to_s])
+        end
+        closed[:backends] = backends
+        warn "#{name} closed loop c=#{connections}: #{closed.inspect}"
+        { closed: closed, timeouts: File.read(log).scan(/ConnectionTimeoutError/).size }
+      end
+    end
+
+    def ms(value)
+      value ? format("%.0f", value) : "n/a"
+    end
+
+    def tool_version(*command)
+      Open3.capture2e(*command).first.lines.first.to_s.sub(/\s*Copyright.*/, "").strip
+    rescue SystemCallError
+      "not installed"
+    end
+
+    def report(seconds)
+      HttpBench.raise_file_limit
+      names = HttpBench.list("BENCH_SERVERS", "weft,falcon,puma5,puma10")
+      connections = Integer(ENV.fetch("BENCH_C", "200"))
+      results = names.to_h { |name| [name, measure(name, seconds, connections)] }
+      label = ->(name) { server(name)[:label] }
+      ceiling = POOL / SLEEP
+
+      page = Bench::Report.new("Rails 7.2 on Weft, Falcon and Puma with 5 PostgreSQL connections",
+                               command: "bundle exec ruby bench/postgres/rails_bench.rb #{seconds}")
+      page.paragraph(<<~TEXT)
+        PostgreSQL #{PostgresBench.server_version} (private throwaway cluster, fsync off, on the same machine);
+        #{tool_version('wrk', '-v')}; railties #{Gem.loaded_specs['railties']&.version}, activerecord
+        #{Gem.loaded_specs['activerecord']&.version}. The server under test, PostgreSQL and the load generator share the machine's cores.
+      TEXT
+      page.paragraph(<<~TEXT)
+        The app is test/postgres/apps/rails_app (the one test/postgres/rails_app_test.rb runs), unchanged on every
+        server: `POST /authors/:id/posts` finds the author, creates a post in a transaction (a uniqueness
+        validation's query, then the insert), loads the author's five newest posts with `includes(:author)`, and runs
+        `select pg_sleep(0.05)`. Every server is one process with `pool: #{POOL}` in database.yml (DB_POOL), so at most
+        #{POOL} PostgreSQL connections: #{names.map { |name| "#{label.call(name)}: #{server(name)[:how]}, isolation level :#{server(name)[:isolation]}" }.join('; ')}.
+        Each request sleeps #{SLEEP} s on a connection that runs one statement at a time, so no server can pass
+        #{ceiling.round} requests/s with #{POOL} connections. Puma runs with as many threads as connections (5) and with twice as many:
+        ActiveRecord 7.2 takes a connection for each statement (or transaction) and gives it back, so a thread that is
+        not in a statement holds none.
+      TEXT
+
+      closed_rows = names.map do |name|
+        r = results[name][:closed]
+        [label.call(name), PostgresBench.format_number(r[:rps]), ms(r[:p50]), ms(r[:p99]), r[:errors], r[:backends], results[name][:timeouts]]
+      end
+      page.paragraph("## Closed loop: wrk -c#{connections}, #{seconds} s\n\n`wrk -t2 -c#{connections} -d#{seconds}s --timeout 30s " \
+                     "--latency -s bench/postgres/rails_post.lua` (each request a new title for a random one of #{AUTHORS} authors), " \
+                     "after a 3 s warm-up at 20 connections. Errors: non-2xx answers and socket errors. Backends: the most " \
+                     "connections to the server's database in pg_stat_activity, sampled every 20 ms. Timeouts: " \
+                     "ActiveRecord::ConnectionTimeoutError in the server's log over the whole run.")
+      page.table(["server", "requests/s", "p50 ms", "p99 ms", "errors", "backends (max)", "ConnectionTimeoutError"], closed_rows)
+      if results["weft"]
+        weft = results["weft"][:closed][:rps]
+        ratios = (names - ["weft"]).map { |name| format("%s %.2fx", label.call(name), weft / results[name][:closed][:rps]) }
+        page.paragraph("Weft's requests/s over each peer's: #{ratios.join(', ')}. Share of the ceiling: " \
+                       "#{names.map { |name| "#{label.call(name)} #{(results[name][:closed][:rps] * 100 / ceiling).round}%" }.join(', ')}.")
+      end
+      page.chart("Requests/s, closed loop (ceiling #{ceiling.round}):", names.map { |name| [label.call(name), results[name][:closed][:rps]] },
+                 format: "%.1f")
+
+      page.paragraph("Latency at a fixed request rate (open loop) is not measured yet: Debian packages no fixed-rate " \
+                     "HTTP load tool but JMeter, whose plan here (bench/ringpool) is the ring pool's.")
+      page
+    end
+  end
+end
+
+if $PROGRAM_NAME == __FILE__
+  seconds = Integer(ARGV.fetch(0, 20))
+  out = ENV.fetch("BENCH_OUT", File.join(ROOT, "bench/results/rails.md"))
+  PostgresBench::RailsBench.report(seconds).write(out)
+  puts File.read(out)
+end

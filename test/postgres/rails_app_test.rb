@@ -1,0 +1,145 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "json"
+require "net/http"
+require "open3"
+require "rbconfig"
+require "tempfile"
+
+# Issue #12's Rails proof: a Rails 7.2 app (test/postgres/apps/rails_app: models, migrations,
+# a uniqueness validation, a transaction, `includes`) under `weft serve -w 0` on
+# `adapter: weft_postgresql` with `pool: 5`, set up by Rails' own db: tasks, takes 200
+# concurrent requests that each run five queries and `pg_sleep(0.05)`.
+class PostgresRailsAppTest < Minitest::Test
+  ROOT = File.expand_path("../..", __dir__)
+  APP = File.join(__dir__, "apps/rails_app")
+  DATABASE = "weft_rails_app"
+  POOL = 5
+  REQUESTS = 200
+  # The author the warm-up and the validation checks post to, apart from the 200 measured ones.
+  SPARE_AUTHOR = REQUESTS + 1
+  # A connection runs one statement at a time, so 200 sleeps of 0.05 s on 5 connections need
+  # 2 s at least; one after another they would need 10 s. 8 s leaves room for Rails' own work
+  # (a few ms of CPU per request on 2 shared cores) and a loaded machine, and still fails if the
+  # sleeps ran on fewer than 2 connections at a time.
+  TIME_BOUND = 8.0
+
+  def watchdog_timeout
+    120
+  end
+
+  def test_two_hundred_concurrent_requests_on_five_postgresql_connections
+    skip "Weft's server (exe/weft) is not available" unless File.exist?(File.join(ROOT, "exe/weft"))
+    rails("db:create", "db:migrate", "db:seed")
+    serve do |port, log|
+      assert_validation_queries(port)
+      responses = nil
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      backends = watch_backends do
+        responses = assert_elapsed_under(TIME_BOUND, "#{REQUESTS} requests x pg_sleep(0.05) on #{POOL} connections " \
+                                                     "(2 s at best)") do
+          Array.new(REQUESTS) { |number| Thread.new { create_post(port, number + 1, "post #{number + 1}") } }
+               .map(&:value)
+        end
+      end
+      if ENV["VERBOSE"]
+        puts format("\n%d requests, pool %d: %.2fs, at most %d backends", REQUESTS, POOL,
+                    Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, backends.max)
+      end
+      responses.each.with_index(1) do |(code, body), number|
+        assert_equal "201", code, body
+        post = JSON.parse(body)
+        assert_equal "post #{number}", post["title"]
+        assert_equal [["Author #{number}", "post #{number}"]], post["recent"], "the author's posts, with `includes`"
+      end
+      refute_match(/ConnectionTimeoutError|PoolTimeout/, File.read(log))
+      assert_operator backends.max, :<=, POOL, "PostgreSQL saw more than #{POOL} connections of the app"
+      assert_operator backends.max, :>=, 1, "no connection of the app was seen while the requests ran"
+    end
+    assert_equal [{ "posts" => (REQUESTS + 1).to_s }], postgres.psql("select count(*) as posts from posts", dbname: DATABASE)
+  end
+
+  private
+
+  # A post for an author that has none yet, then the same title again: the uniqueness
+  # validation's query finds the first and the second is refused.
+  def assert_validation_queries(port)
+    code, body = create_post(port, SPARE_AUTHOR, "warm-up")
+    assert_equal "201", code, body
+    code, body = create_post(port, SPARE_AUTHOR, "warm-up")
+    assert_equal "422", code, body
+    assert_equal({ "errors" => { "title" => ["has already been taken"] } }, JSON.parse(body))
+  end
+
+  # @return [Array(String, String)] the response's status code and body
+  def create_post(port, author, title)
+    response = Net::HTTP.start("127.0.0.1", port, open_timeout: 10, read_timeout: 30) do |http|
+      http.post("/authors/#{author}/posts", URI.encode_www_form(title: title),
+                "content-type" => "application/x-www-form-urlencoded")
+    end
+    [response.code, response.body]
+  end
+
+  def environment
+    { "RAILS_ENV" => "production", "DB_POOL" => POOL.to_s, "SEED_AUTHORS" => SPARE_AUTHOR.to_s,
+      "DATABASE_URL" => postgres.url(DATABASE).sub("postgres://", "weft-postgresql://") }
+  end
+
+  # Runs Rails' tasks (the app's Rakefile) in a process of their own.
+  def rails(*tasks)
+    output, status = Open3.capture2e(environment, RbConfig.ruby, Gem.bin_path("rake", "rake"), *tasks, chdir: APP)
+    assert status.success?, "rake #{tasks.join(' ')} failed:\n#{output}"
+  end
+
+  # Runs `weft serve -w 0` on the app and yields its port and the path of its log.
+  def serve
+    port = free_tcp_port
+    log = Tempfile.new("weft-rails-app")
+    pid = Process.spawn(environment, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", File.join(APP, "config.ru"),
+                        "-b", "tcp://127.0.0.1:#{port}", "-w", "0", out: log.path, err: log.path, chdir: ROOT)
+    wait_until_listening(port, pid, log.path)
+    yield port, log.path
+  ensure
+    if pid
+      Process.kill("TERM", pid) rescue nil # rubocop:disable Style/RescueModifier
+      Process.wait(pid) rescue nil # rubocop:disable Style/RescueModifier
+    end
+    log&.close!
+  end
+
+  def wait_until_listening(port, pid, log)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+    loop do
+      TCPSocket.new("127.0.0.1", port).close
+      return
+    rescue SystemCallError
+      flunk "weft serve exited early:\n#{File.read(log)}" if Process.waitpid(pid, Process::WNOHANG)
+      flunk "weft serve did not listen within 30s:\n#{File.read(log)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.05
+    end
+  end
+
+  # Runs the block while a thread counts the client backends connected to the app's database
+  # (autovacuum's workers visit it too) every 10 ms, from the `postgres` database, so that the
+  # counting connection is not among them.
+  # @return [Array<Integer>] the counts seen
+  def watch_backends
+    counts = []
+    done = false
+    watcher = Thread.new do
+      postgres.connect("postgres") do |conn|
+        until done
+          counts << conn.exec_params("select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend'",
+                                    [DATABASE]).getvalue(0, 0).to_i
+          sleep 0.01
+        end
+      end
+    end
+    yield
+    counts
+  ensure
+    done = true
+    watcher&.join
+  end
+end
