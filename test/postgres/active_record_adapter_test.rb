@@ -269,29 +269,15 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   # Runs the block while a thread counts the app's backends in pg_stat_activity every 10 ms,
   # once those of earlier tests have gone (a backend lingers a moment after its client left).
   # @return [Array<Integer>] the counts seen
-  def watch_backends
-    counts = []
-    done = false
-    count = lambda do |conn|
-      conn.exec_params("select count(*) from pg_stat_activity where application_name = $1 and datname = $2",
-                       [APPLICATION, DATABASE]).getvalue(0, 0).to_i
-    end
+  def watch_backends(&block)
+    where = "application_name = $1 and datname = $2"
     postgres.connect(DATABASE) do |conn|
       deadline = Weft::Timers.now + 5
-      sleep 0.01 while count.call(conn).positive? && Weft::Timers.now < deadline
-    end
-    watcher = Thread.new do
-      postgres.connect(DATABASE) do |conn|
-        until done
-          counts << count.call(conn)
-          sleep 0.01
-        end
+      while conn.exec_params("select count(*) from pg_stat_activity where #{where}", [APPLICATION, DATABASE]).getvalue(0, 0).to_i.positive?
+        break if Weft::Timers.now >= deadline
+        sleep 0.01
       end
     end
-    yield
-    counts
-  ensure
-    done = true
-    watcher&.join
+    postgres.count_backends_while(where, [APPLICATION, DATABASE], from: DATABASE, &block)
   end
 end

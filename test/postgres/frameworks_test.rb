@@ -2,12 +2,11 @@
 
 require_relative "../test_helper"
 require "net/http"
-require "rbconfig"
-require "tempfile"
 
 # ActiveRecord 7.2 (adapter: postgresql and weft_postgresql) and Sequel apps served by Weft's server (`weft serve`, a real process) with
 # DATABASE_URL: ten requests that each sleep 0.5 s in PostgreSQL overlap.
 class PostgresFrameworksTest < Minitest::Test
+  include Weft::Test::WeftServe
   ROOT = File.expand_path("../..", __dir__)
   APPS = File.join(__dir__, "apps")
 
@@ -69,34 +68,9 @@ class PostgresFrameworksTest < Minitest::Test
 
   # Runs `weft serve` on the rackup file in a single process and yields its port.
   # With `bundle:` (environment naming another Gemfile) the server runs under that bundle.
-  # `database_url:` replaces the cluster's postgres:// URL.
   def serve(rackup, bundle: nil, database_url: postgres.url)
     skip "Weft's server (exe/weft) is not available" unless File.exist?(File.join(ROOT, "lib/weft/server.rb"))
-    port = free_tcp_port
-    log = Tempfile.new("weft-serve")
     env = { "DATABASE_URL" => database_url, "RUBYLIB" => File.join(ROOT, "lib") }
-    command = [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", rackup, "-b", "tcp://127.0.0.1:#{port}", "-w", "0", "-q"]
-    spawn = -> { Process.spawn(env.merge(bundle || {}), *(bundle ? ["bundle", "exec"] : []), *command, out: log.path, err: log.path, chdir: ROOT) }
-    pid = bundle ? Bundler.with_unbundled_env(&spawn) : spawn.call
-    wait_until_listening(port, pid, log)
-    yield port
-  ensure
-    if pid
-      Process.kill("TERM", pid) rescue nil # rubocop:disable Style/RescueModifier
-      Process.wait(pid) rescue nil # rubocop:disable Style/RescueModifier
-    end
-    log&.close!
-  end
-
-  def wait_until_listening(port, pid, log)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
-    loop do
-      TCPSocket.new("127.0.0.1", port).close
-      return
-    rescue SystemCallError
-      flunk "weft serve exited early:\n#{File.read(log.path)}" if Process.waitpid(pid, Process::WNOHANG)
-      flunk "weft serve did not listen within 20s:\n#{File.read(log.path)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      sleep 0.05
-    end
+    serve_rackup(rackup, env: env, args: ["-q"], bundle: bundle) { |port, _log| yield port }
   end
 end

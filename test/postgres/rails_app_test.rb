@@ -5,13 +5,13 @@ require "json"
 require "net/http"
 require "open3"
 require "rbconfig"
-require "tempfile"
 
 # Issue #12's Rails proof: a Rails 7.2 app (test/postgres/apps/rails_app: models, migrations,
 # a uniqueness validation, a transaction, `includes`) under `weft serve -w 0` on
 # `adapter: weft_postgresql` with `pool: 5`, set up by Rails' own db: tasks, takes 200
 # concurrent requests that each run five queries and `pg_sleep(0.05)`.
 class PostgresRailsAppTest < Minitest::Test
+  include Weft::Test::WeftServe
   ROOT = File.expand_path("../..", __dir__)
   APP = File.join(__dir__, "apps/rails_app")
   DATABASE = "weft_rails_app"
@@ -93,53 +93,14 @@ class PostgresRailsAppTest < Minitest::Test
   end
 
   # Runs `weft serve -w 0` on the app and yields its port and the path of its log.
-  def serve
-    port = free_tcp_port
-    log = Tempfile.new("weft-rails-app")
-    pid = Process.spawn(environment, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", File.join(APP, "config.ru"),
-                        "-b", "tcp://127.0.0.1:#{port}", "-w", "0", out: log.path, err: log.path, chdir: ROOT)
-    wait_until_listening(port, pid, log.path)
-    yield port, log.path
-  ensure
-    if pid
-      Process.kill("TERM", pid) rescue nil # rubocop:disable Style/RescueModifier
-      Process.wait(pid) rescue nil # rubocop:disable Style/RescueModifier
-    end
-    log&.close!
+  def serve(&block)
+    serve_rackup(File.join(APP, "config.ru"), env: environment, &block)
   end
 
-  def wait_until_listening(port, pid, log)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
-    loop do
-      TCPSocket.new("127.0.0.1", port).close
-      return
-    rescue SystemCallError
-      flunk "weft serve exited early:\n#{File.read(log)}" if Process.waitpid(pid, Process::WNOHANG)
-      flunk "weft serve did not listen within 30s:\n#{File.read(log)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      sleep 0.05
-    end
-  end
-
-  # Runs the block while a thread counts the client backends connected to the app's database
-  # (autovacuum's workers visit it too) every 10 ms, from the `postgres` database, so that the
-  # counting connection is not among them.
+  # The client backends connected to the app's database (autovacuum's workers visit it too),
+  # counted every 10 ms from the `postgres` database while the block runs.
   # @return [Array<Integer>] the counts seen
-  def watch_backends
-    counts = []
-    done = false
-    watcher = Thread.new do
-      postgres.connect("postgres") do |conn|
-        until done
-          counts << conn.exec_params("select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend'",
-                                    [DATABASE]).getvalue(0, 0).to_i
-          sleep 0.01
-        end
-      end
-    end
-    yield
-    counts
-  ensure
-    done = true
-    watcher&.join
+  def watch_backends(&block)
+    postgres.count_backends_while("datname = $1 and backend_type = 'client backend'", [DATABASE], &block)
   end
 end

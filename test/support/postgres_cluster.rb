@@ -267,6 +267,28 @@ module Weft
         end
       end
 
+      # Runs the block while a thread counts, every 10 ms, the backends of pg_stat_activity that
+      # `where` (an SQL condition, with $1... for `params`) selects, on a connection of its own
+      # to `from` (leave it out of the condition, or it counts itself).
+      # @return [Array<Integer>] the counts seen
+      def count_backends_while(where, params, from: "postgres")
+        counts = []
+        done = false
+        watcher = Thread.new do
+          connect(from) do |conn|
+            until done
+              counts << conn.exec_params("select count(*) from pg_stat_activity where #{where}", params).getvalue(0, 0).to_i
+              sleep 0.01
+            end
+          end
+        end
+        yield
+        counts
+      ensure
+        done = true
+        watcher&.join
+      end
+
       # The server log, for failure messages.
       def log_tail(lines = 40)
         return "" unless @log_file && File.exist?(@log_file)
