@@ -299,7 +299,7 @@ module Weft
       # them (as Sequel's Database#disconnect does to its pool). Connections in use are left be.
       # @return [void]
       def close_idle
-        synchronize { @idle.dup.each { |connection| discard(connection) } }
+        synchronize { discard_idle }
         nil
       end
 
@@ -308,7 +308,7 @@ module Weft
       def close
         synchronize do
           @closed = true
-          @idle.dup.each { |connection| discard(connection) } # discard deletes from @idle
+          discard_idle
         end
         nil
       end
@@ -746,6 +746,10 @@ module Weft
           @idle << connection
           @slot_freed.signal
         end
+      end
+
+      def discard_idle
+        @idle.dup.each { |connection| discard(connection) } # discard deletes from @idle
       end
 
       def discard(connection)

@@ -9,11 +9,6 @@ module Weft
     class EmptyInput
       EMPTY = "".b.freeze
 
-      # @return [EmptyInput] the shared instance
-      def self.instance
-        INSTANCE
-      end
-
       # Like IO#read at end of file: nil when asked for a positive length, "" otherwise (into
       # `buffer` when one is given).
       def read(length = nil, buffer = nil)
@@ -84,6 +79,7 @@ module Weft
         "#<#{self.class.name}>"
       end
 
+      # The one instance every bodyless request gets.
       INSTANCE = new.freeze
     end
   end

@@ -30,7 +30,7 @@ module Weft
       def read(connection, parser, buffer, config)
         length = parser.content_length
         chunked = parser.chunked?
-        return EmptyInput.instance if !chunked && (length.nil? || length.zero?)
+        return EmptyInput::INSTANCE if !chunked && (length.nil? || length.zero?)
 
         limit = config[:max_body_bytes]
         raise TooLarge, "body of #{length} bytes is over the limit of #{limit}" if length && length > limit

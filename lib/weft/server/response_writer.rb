@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "rack/utils"
-require "weft/http1/parser"
+require_relative "../http1/parser"
 require_relative "stream"
 require_relative "../errors"
 

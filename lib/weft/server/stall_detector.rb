@@ -23,9 +23,8 @@ module Weft
     #
     # Durations are lower bounds, exact to within one tick.
     class StallDetector
-      # The fiber-local (Thread#[]) in which a fiber answering requests keeps what names the
-      # request it is running, for the watchdog: the env, or an object whose #env returns it
-      # (nil between requests).
+      # The fiber-local (Thread#[]) in which a fiber answering requests keeps its Connection,
+      # whose #env names the request being run (nil between requests), for the watchdog.
       REQUEST = :weft_request
       BACKTRACE_LINES = 30
 
@@ -99,8 +98,7 @@ module Weft
 
       # @return [String] the request the reactor thread is running, as "METHOD /path"
       def current_request
-        env = @reactor[REQUEST]
-        env = env.env if env.respond_to?(:env)
+        env = @reactor[REQUEST]&.env
         return "no request (server or background task)" unless env
         query = env["QUERY_STRING"]
         "#{env['REQUEST_METHOD']} #{env['SCRIPT_NAME']}#{env['PATH_INFO']}#{"?#{query}" unless query.nil? || query.empty?}"
