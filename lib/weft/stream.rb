@@ -111,16 +111,10 @@ module Weft
     # @return [Integer, nil] bytes appended; nil at end of stream
     # @raise [ConnectionLost, ConnectionStalled]
     def fill(timeout)
-      scratch = @scratch || own_scratch
-      # A while loop, not Kernel#loop: returning from a block allocates.
-      while (piece = @io.read_nonblock(@read_size, scratch, exception: false)).is_a?(Symbol)
-        await(timeout, :read, piece == :wait_writable)
-      end
+      piece = receive(@read_size, @scratch || own_scratch, timeout)
       return nil unless piece
       @buffer << piece
       piece.bytesize
-    rescue *PEER_GONE => e
-      raise ConnectionLost, lost_message(e)
     end
 
     # Appends to #buffer what the socket (or TLS) holds already, without waiting.
@@ -147,12 +141,7 @@ module Weft
     # @raise [ConnectionLost, ConnectionStalled]
     def read_partial(size, into, timeout)
       return take_buffered(size, into) unless @buffer.empty?
-      while (piece = @io.read_nonblock(size, into, exception: false)).is_a?(Symbol)
-        await(timeout, :read, piece == :wait_writable)
-      end
-      piece
-    rescue *PEER_GONE => e
-      raise ConnectionLost, lost_message(e)
+      receive(size, into, timeout)
     end
 
     # Drops the first `count` bytes of #buffer (what the parser used).
@@ -231,6 +220,18 @@ module Weft
     end
 
     private
+
+    # Reads up to `size` bytes from the socket into `into`, waiting within `timeout`.
+    # @return [String, nil] nil at end of stream
+    def receive(size, into, timeout)
+      # A while loop, not Kernel#loop: returning from a block allocates.
+      while (piece = @io.read_nonblock(size, into, exception: false)).is_a?(Symbol)
+        await(timeout, :read, piece == :wait_writable)
+      end
+      piece
+    rescue *PEER_GONE => e
+      raise ConnectionLost, lost_message(e)
+    end
 
     def handshake(ssl, accepting, timeout)
       while (step = accepting ? ssl.accept_nonblock(exception: false) : ssl.connect_nonblock(exception: false)).is_a?(Symbol)
