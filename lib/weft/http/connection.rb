@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "socket"
-require "openssl"
 require_relative "../http1/parser"
 require_relative "../stream"
 require_relative "errors"
