@@ -29,6 +29,23 @@ module Weft
   # failed", and a task that caught its own cancellation there would go on running.
   class Cancelled < Exception; end # rubocop:disable Lint/InheritException
 
+  # Raised by Weft::Stream when the connection breaks under it: the peer closed it (end of stream
+  # where more was needed), reset it, stopped reading (a broken pipe), or the TLS layer failed.
+  # Whatever the errno or OpenSSL exception, it is this one class, so code above the stream
+  # rescues one thing; the original exception is the `cause`. The server knows it as
+  # Weft::Server::Connection::ClientGone.
+  class ConnectionLost < StandardError
+    include Error
+  end
+
+  # Raised by Weft::Stream when a read, write or TLS handshake waited longer than its timeout
+  # (or past its deadline) for the peer. Not a Timeout::Error: a peer too slow is a fault of the
+  # peer, reported to the code that talks to it, not a deadline of the caller's. The server
+  # knows it as Weft::Server::Connection::ClientTimeout.
+  class ConnectionStalled < StandardError
+    include Error
+  end
+
   # Raised by Weft.timeout (and by the stdlib Timeout.timeout under Weft's scheduler) when the
   # deadline passes. It is a Timeout::Error so existing `rescue Timeout::Error` code keeps working.
   class TimeoutError < Timeout::Error

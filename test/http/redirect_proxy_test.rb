@@ -104,6 +104,20 @@ class HTTPRedirectAndProxyTest < Minitest::Test
     assert_raises(Weft::HTTP::ProxyError) { http.get("https://127.0.0.1:1/") }
   end
 
+  # The tunnel's write and read are part of connecting: a proxy that never answers CONNECT
+  # uses up the connect timeout, not the read timeout.
+  def test_a_proxy_silent_after_connect_is_a_connect_timeout
+    proxy = server(raw: true) do |socket|
+      socket.readpartial(4096)
+      sleep 3
+    end
+    http = client(proxy: "http://127.0.0.1:#{proxy.port}", connect_timeout: 0.2, read_timeout: 30)
+    started = Weft::Timers.now
+    error = assert_raises(Weft::HTTP::ConnectTimeout) { http.get("https://127.0.0.1:1/") }
+    assert_match(/connecting/, error.message)
+    assert_operator Weft::Timers.now - started, :<, 2
+  end
+
   def test_no_proxy_rules_and_environment
     proxy = Weft::HTTP::Proxy.new(http: "http://p:3128", https: "p:3129",
                                   no_proxy: "internal.example, .corp, 10.0.0.0/8, api.test:8080, ::1")

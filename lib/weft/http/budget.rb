@@ -108,6 +108,20 @@ module Weft
         nil
       end
 
+      # @return [#wait] a waiter for Weft::Stream that counts every wait as one of `kind`,
+      #   whatever the stream does (a CONNECT tunnel's writes and reads are part of connecting)
+      def as(kind)
+        Phase.new(self, kind)
+      end
+
+      # The budget seen through one kind of wait (see #as).
+      Phase = Struct.new(:budget, :kind) do
+        # Weft::Stream's waiter interface.
+        def wait(io, _operation, writable:)
+          budget.wait(io, kind, writable: writable)
+        end
+      end
+
       # Runs the block within the limit for `kind` when it cannot be expressed as an IO wait
       # (getaddrinfo). Inside a reactor a scheduler timer interrupts it; in a plain thread the
       # block gets the seconds to enforce itself (getaddrinfo's own timeout).

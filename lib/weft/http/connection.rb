@@ -1,8 +1,7 @@
 # frozen_string_literal: true
 
-require "socket"
-require "openssl"
 require_relative "../http1/parser"
+require_relative "../stream"
 require_relative "errors"
 
 module Weft
@@ -11,9 +10,11 @@ module Weft
     # running on it: it writes a request, parses the response head with the server's parser
     # (Weft::HTTP1::ResponseParser) and hands out the body in pieces.
     #
-    # All I/O is non-blocking with waits bounded by the request's Budget, so it behaves the
-    # same in a reactor (the wait parks the fiber) and in a plain thread. Reads go into buffers
-    # kept for the connection's life (or the caller's), not a new String per read.
+    # The bytes go through a Weft::Stream, whose waits the request's Budget bounds, so it behaves
+    # the same in a reactor (the wait parks the fiber) and in a plain thread. Reads go into
+    # buffers kept for the connection's life (or the caller's), not a new String per read; a
+    # broken connection (Weft::ConnectionLost) is reported as ConnectionReset, or Stale when the
+    # request may be sent again.
     class Connection
       READ_SIZE = 65_536
       # A response head; `framing` is :none, :length, :chunked or :close.
@@ -28,20 +29,16 @@ module Weft
       # @return [Integer] requests sent on this connection
       attr_reader :requests
 
-      # @param socket [Socket, OpenSSL::SSL::SSLSocket] connected (and handshaken)
+      # @param stream [Weft::Stream] connected (and handshaken), reading READ_SIZE at a time
       # @param origin [Origin]
       # @param proxied [Boolean] requests go to an HTTP proxy (absolute-form targets)
       # @param proxy_headers [Array<Array(String, String)>] fields for the proxy (credentials)
-      def initialize(socket, origin, proxied: false, proxy_headers: [])
-        @socket = socket
-        @io = socket.to_io
+      def initialize(stream, origin, proxied: false, proxy_headers: [])
+        @stream = stream
         @origin = origin
         @proxied = proxied
         @proxy_headers = proxy_headers
         @parser = HTTP1::ResponseParser.new
-        @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
-        # Where reads land while @buffer holds bytes they must be appended to.
-        @scratch = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
         @requests = 0
         @state = :idle
         @closed = false
@@ -55,18 +52,14 @@ module Weft
       # @return [Boolean] whether the connection may carry another request: idle, open, the last
       #   response allowed keep-alive and nothing unexpected is buffered
       def reusable?
-        @state == :idle && !@closed && @keep_alive && !@close_requested && @buffer.empty?
+        @state == :idle && !@closed && @keep_alive && !@close_requested && @stream.buffer.empty?
       end
 
       # A cheap check made before an idle connection is reused: the peer has not closed it or
       # sent anything unasked for (a response nobody asked for would be taken for the answer to
-      # the next request). Peeks at the kernel socket without blocking or consuming.
+      # the next request). Peeks without blocking or consuming (Weft::Stream#peek).
       def healthy?
-        return false unless reusable?
-        return false if @socket.respond_to?(:pending) && @socket.pending.positive? # TLS bytes buffered
-        @io.recv_nonblock(1, Socket::MSG_PEEK, exception: false) == :wait_readable
-      rescue IOError, SystemCallError
-        false
+        reusable? && @stream.peek == :none
       end
 
       # Sends a request: head and body.
@@ -118,7 +111,7 @@ module Weft
           until (count = parse_head)
             fill(budget) or raise closed_error("before the response head was complete")
           end
-          @buffer = @buffer.byteslice(count, @buffer.bytesize - count)
+          @stream.consume(count)
           status = @parser.status
           next if status >= 100 && status < 200 && status != 101
 
@@ -147,9 +140,7 @@ module Weft
         return if @closed
         @closed = true
         @state = :closed
-        @socket.close
-      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
-        nil
+        @stream.close
       end
 
       # @return [Boolean]
@@ -160,7 +151,7 @@ module Weft
       private
 
       def parse_head
-        @parser.parse(@buffer)
+        @parser.parse(@stream.buffer)
       rescue HTTP1::ParseError => e
         raise MalformedResponse, "malformed response from #{@origin}: #{e.message}"
       end
@@ -190,12 +181,8 @@ module Weft
 
       def read_length(budget, into)
         return finish_body if @remaining.zero?
-        if @buffer.empty?
-          piece = read_socket([@remaining, READ_SIZE].min, budget, into)
-          raise closed_error("after #{@parser.content_length - @remaining} of #{@parser.content_length} body bytes") unless piece
-        else
-          piece = take_buffered(@remaining, into)
-        end
+        piece = read_socket([@remaining, READ_SIZE].min, budget, into)
+        raise closed_error("after #{@parser.content_length - @remaining} of #{@parser.content_length} body bytes") unless piece
         @remaining -= piece.bytesize
         piece
       end
@@ -212,31 +199,13 @@ module Weft
 
       # @return [Boolean] whether the last chunk (and the trailer) has been decoded
       def decode_chunks(output)
-        @decoder.decode(@buffer, output)
+        @decoder.decode(@stream.buffer, output)
       rescue HTTP1::ParseError => e
         raise MalformedResponse, "malformed chunked body from #{@origin}: #{e.message}"
       end
 
       def read_until_close(budget, into)
-        return take_buffered(@buffer.bytesize, into) unless @buffer.empty?
         read_socket(READ_SIZE, budget, into) || finish_body
-      end
-
-      # Hands out up to `count` bytes that arrived with the head, in `into` or a new String.
-      def take_buffered(count, into)
-        if count < @buffer.bytesize
-          piece = @buffer.byteslice(0, count)
-          @buffer = @buffer.byteslice(count, @buffer.bytesize - count)
-          return into ? into.replace(piece) : piece
-        end
-        if into
-          into.replace(@buffer)
-          @buffer.clear
-          return into
-        end
-        piece = @buffer
-        @buffer = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
-        piece
       end
 
       def finish_body
@@ -253,62 +222,46 @@ module Weft
       # later answer by one, so this response may belong to the request before. It is not
       # handed out. A non-blocking read also notices a server that closed the connection.
       def look_behind
-        if @buffer.empty?
-          # :wait_readable, the normal case, leaves the connection reusable; nil is a server
-          # that closed it.
-          return if @socket.read_nonblock(READ_SIZE, @buffer, exception: false).is_a?(Symbol)
-        end
+        # A read that finds nothing, the normal case, leaves the connection reusable; nil is a
+        # server that closed it.
+        return if @stream.buffer.empty? && @stream.fill_now == false
         @keep_alive = false
-        stray = @buffer.byteslice(0, 16).sub(/\A[\r\n]+/n, "")
+        buffer = @stream.buffer
+        stray = buffer.byteslice(0, 16).sub(/\A[\r\n]+/n, "")
         return unless reused? && !stray.empty? && (stray.start_with?("HTTP/") || "HTTP/".start_with?(stray))
 
         raise ResponseDesync, "#{@origin} sent another response right behind this one on a reused connection: " \
                               "its responses are out of step with the requests (the server answered something it " \
                               "was not asked), so this one may answer an earlier request"
-      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
+      rescue Weft::ConnectionLost
         @keep_alive = false
       end
 
       # Appends what the socket has to the buffer.
       # @return [Integer, nil] bytes read, nil at end of stream
       def fill(budget)
-        # An empty buffer takes the read itself; otherwise the read goes through the scratch
-        # buffer, so no String is made per read either way.
-        return read_socket(READ_SIZE, budget, @buffer)&.bytesize if @buffer.empty?
-        piece = read_socket(READ_SIZE, budget, @scratch)
-        return nil unless piece
-        @buffer << piece
-        piece.bytesize
+        count = @stream.fill(budget)
+        @received = true if count
+        count
+      rescue Weft::ConnectionLost => e
+        raise closed_error("(#{e.message})")
       end
 
+      # Bytes already buffered first, then the socket's.
       # @param into [String, nil] a buffer to read into (returned), or nil for a new String
       # @return [String, nil] up to `size` bytes, nil at end of stream
       def read_socket(size, budget, into = nil)
-        # A while loop, not Kernel#loop: returning from a block allocates, and a large download
-        # reads thousands of times.
-        while (piece = @socket.read_nonblock(size, into, exception: false)).is_a?(Symbol)
-          if piece == :wait_readable
-            budget.wait(@io, :read)
-          else
-            budget.wait(@io, :read, writable: true) # TLS renegotiation
-          end
-        end
+        piece = @stream.read_partial(size, into, budget)
         @received = true if piece
         piece
-      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ECONNABORTED, Errno::ETIMEDOUT, OpenSSL::SSL::SSLError, IOError => e
-        raise closed_error("(#{e.class}: #{e.message})")
+      rescue Weft::ConnectionLost => e
+        raise closed_error("(#{e.message})")
       end
 
       def write(data, budget)
-        until data.empty?
-          case (written = @socket.write_nonblock(data, exception: false))
-          when :wait_writable then budget.wait(@io, :write)
-          when :wait_readable then budget.wait(@io, :write, writable: false)
-          else data = data.byteslice(written, data.bytesize - written)
-          end
-        end
-      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ECONNABORTED, Errno::ETIMEDOUT, OpenSSL::SSL::SSLError, IOError => e
-        raise closed_error("while sending the request (#{e.class}: #{e.message})")
+        @stream.write(data, budget)
+      rescue Weft::ConnectionLost => e
+        raise closed_error("while sending the request (#{e.message})")
       end
 
       # The error for a connection that ended early: Stale (retryable) when a reused

@@ -3,6 +3,7 @@
 require "socket"
 require "openssl"
 require_relative "../http1/parser"
+require_relative "../stream"
 require_relative "errors"
 require_relative "connection"
 
@@ -41,15 +42,17 @@ module Weft
 
         proxy = @proxy&.for(origin)
         socket = proxy ? tcp(proxy.host, proxy.port, budget) : tcp(origin.host, origin.port, budget)
+        stream = stream_for(socket)
         begin
           if origin.tls?
-            tunnel(socket, origin, proxy, budget) if proxy
-            Connection.new(handshake(socket, origin, budget), origin)
+            tunnel(stream, origin, proxy, budget) if proxy
+            handshake(stream, origin, budget)
+            Connection.new(stream, origin)
           else
-            Connection.new(socket, origin, proxied: !proxy.nil?, proxy_headers: proxy ? proxy.headers : [])
+            Connection.new(stream, origin, proxied: !proxy.nil?, proxy_headers: proxy ? proxy.headers : [])
           end
         rescue Exception # rubocop:disable Lint/RescueException
-          socket.close
+          stream.close
           raise
         end
       end
@@ -64,7 +67,7 @@ module Weft
       def open_unix(origin, budget)
         socket = Socket.new(:UNIX, :STREAM)
         connect(socket, Socket.sockaddr_un(origin.socket_path), budget)
-        Connection.new(socket, origin)
+        Connection.new(stream_for(socket), origin)
       rescue *REFUSED => e
         socket&.close
         raise ConnectionRefused, "nothing listens on unix socket #{origin.socket_path} (#{e.message})"
@@ -99,6 +102,10 @@ module Weft
           raise ConnectionRefused, "connection refused by #{host}:#{port}"
         end
         raise ConnectionError, "cannot connect to #{host}:#{port}: #{last_error.message}"
+      end
+
+      def stream_for(socket)
+        Weft::Stream.new(socket, read_size: Connection::READ_SIZE)
       end
 
       # @param attempt [Float, nil] seconds for this address, if less than the connect budget
@@ -146,56 +153,47 @@ module Weft
         false
       end
 
-      # Asks an HTTP proxy for a tunnel to `origin` (CONNECT), for TLS end to end.
-      def tunnel(socket, origin, proxy, budget)
+      # Asks an HTTP proxy for a tunnel to `origin` (CONNECT), for TLS end to end. Its writes and
+      # reads are part of connecting, bounded by the connect timeout.
+      def tunnel(stream, origin, proxy, budget)
         head = +"CONNECT #{origin.authority} HTTP/1.1\r\nHost: #{origin.authority}\r\n"
         proxy.headers.each { |name, value| head << "#{name}: #{value}\r\n" }
         head << "\r\n"
-        until head.empty?
-          written = socket.write_nonblock(head, exception: false)
-          written == :wait_writable ? budget.wait(socket, :connect, writable: true) : head = head.byteslice(written..)
-        end
+        connecting = budget.as(:connect)
+        stream.write(head, connecting)
         parser = HTTP1::ResponseParser.new
-        buffer = String.new(encoding: Encoding::BINARY)
-        until parser.parse(buffer)
-          piece = socket.read_nonblock(4096, exception: false)
-          case piece
-          when :wait_readable then budget.wait(socket, :connect)
-          when nil then raise ProxyError, "proxy #{proxy.host}:#{proxy.port} closed the connection during CONNECT"
-          else buffer << piece
-          end
+        until (length = parser.parse(stream.buffer))
+          next if stream.fill(connecting)
+          raise ProxyError, "proxy #{proxy.host}:#{proxy.port} closed the connection during CONNECT"
         end
+        stream.consume(length)
         return if parser.status == 200
         raise ProxyError, "proxy #{proxy.host}:#{proxy.port} refused CONNECT #{origin.authority}: #{parser.status} #{parser.reason}"
       rescue HTTP1::ParseError => e
         raise ProxyError, "malformed answer from proxy to CONNECT: #{e.message}"
+      rescue Weft::ConnectionLost => e
+        raise ProxyError, "proxy #{proxy.host}:#{proxy.port} broke the connection during CONNECT (#{e.message})"
       end
 
-      def handshake(socket, origin, budget)
-        ssl = TLSSocket.new(socket, tls_context)
+      def handshake(stream, origin, budget)
+        ssl = TLSSocket.new(stream.to_io, tls_context)
         ssl.sync_close = true
         ssl.session_key = origin.to_s
         ssl.hostname = origin.host unless origin.ip? # SNI, and the name verified during the handshake
         session = session_for(origin)
         ssl.session = session if session
-        loop do
-          case ssl.connect_nonblock(exception: false)
-          when :wait_readable then budget.wait(socket, :connect)
-          when :wait_writable then budget.wait(socket, :connect, writable: true)
-          else break
-          end
-        end
+        stream.connect_tls(ssl, budget)
         ssl.post_connection_check(origin.host) if @verify && @ssl.fetch(:verify_hostname, true)
-        ssl
-      rescue OpenSSL::SSL::SSLError => e
+      rescue OpenSSL::SSL::SSLError, Weft::ConnectionLost => e
+        # The stream reports a failed handshake as ConnectionLost, caused by OpenSSL's error.
+        e = e.cause if e.cause.is_a?(OpenSSL::SSL::SSLError)
+        reason = e.message
         verify_result = ssl&.verify_result
-        if @verify && (verify_result && verify_result != OpenSSL::X509::V_OK || e.message.include?("hostname"))
-          reason = verify_result && verify_result != OpenSSL::X509::V_OK ? verify_error_string(verify_result) : e.message
+        if @verify && (verify_result && verify_result != OpenSSL::X509::V_OK || reason.include?("hostname"))
+          reason = verify_result && verify_result != OpenSSL::X509::V_OK ? verify_error_string(verify_result) : reason
           raise TLSVerificationError, "TLS certificate of #{origin} did not verify: #{reason}"
         end
-        raise TLSError, "TLS handshake with #{origin} failed: #{e.message}"
-      rescue Errno::ECONNRESET, Errno::EPIPE, EOFError => e
-        raise TLSError, "TLS handshake with #{origin} failed: #{e.class}: #{e.message}"
+        raise TLSError, "TLS handshake with #{origin} failed: #{reason}"
       end
 
       def verify_error_string(code)

@@ -6,6 +6,7 @@ require "weft/http1/parser"
 require_relative "request_body"
 require_relative "response_writer"
 require_relative "../errors"
+require_relative "../stream"
 
 module Weft
   class Server
@@ -16,14 +17,12 @@ module Weft
     # A Connection runs in at most one task at a time: the task that reads and answers requests
     # until none is buffered, then ends after parking the connection.
     class Connection
-      # The client went away or broke the connection (EOF, reset, broken pipe).
-      class ClientGone < StandardError
-        include Weft::Error
-      end
-      # The client took too long; answered with 408 when nothing was sent yet.
-      class ClientTimeout < StandardError
-        include Weft::Error
-      end
+      # The client went away or broke the connection (EOF, reset, broken pipe): the stream's
+      # Weft::ConnectionLost under the server's name.
+      ClientGone = Weft::ConnectionLost
+      # The client took too long (answered with 408 when nothing was sent yet): the stream's
+      # Weft::ConnectionStalled under the server's name.
+      ClientTimeout = Weft::ConnectionStalled
 
       READ_SIZE = 16_384
       CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"
@@ -48,10 +47,10 @@ module Weft
       def initialize(server, socket, listener)
         @server = server
         @socket = socket
-        @io = socket # becomes the SSLSocket after an SSL handshake
+        # Reads land in the server's one scratch buffer, so an idle connection holds none.
+        @stream = Weft::Stream.new(socket, read_size: READ_SIZE, scratch: server.read_buffer)
         @listener = listener
         @remote_addr = listener.remote_addr(socket)
-        @buffer = String.new(encoding: Encoding::BINARY)
         @parser = server.new_parser
         @settings = server.connection_settings
         @requests = 0
@@ -100,7 +99,7 @@ module Weft
       def idle_expired
         if @head_deadline
           @server.statistics.client_error!
-          @io.write_nonblock(ResponseWriter.error_response(408, "request head not received in time"), exception: false)
+          @stream.io.write_nonblock(ResponseWriter.error_response(408, "request head not received in time"), exception: false)
         end
       rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
         nil
@@ -110,27 +109,18 @@ module Weft
 
       # Whether request bytes are waiting in the socket: a parked connection must be served
       # rather than closed when they are, or the client, which sent its request on a connection
-      # still open, sees it reset and cannot tell whether the request was processed. One
-      # non-blocking recv(MSG_PEEK): it never blocks and consumes nothing.
+      # still open, sees it reset and cannot tell whether the request was processed. Never
+      # blocks, consumes nothing (Weft::Stream#peek).
       # @return [Boolean]
       def pending_input?
-        return false if @closed
-        data = @socket.recv_nonblock(1, Socket::MSG_PEEK, exception: false)
-        data.is_a?(String) && !data.empty? # "" (or nil) is the client's end of stream
-      rescue IOError, SystemCallError
-        false
+        !@closed && @stream.peek == :data
       end
 
       # Closes the socket (idempotent, never raises, never blocks).
       def close
         return if @closed
         @closed = true
-        begin
-          @io.close unless @io.closed?
-          @socket.close unless @socket.closed?
-        rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
-          nil
-        end
+        @stream.close
         @server.connection_closed(self)
       end
 
@@ -139,7 +129,7 @@ module Weft
       def hijack
         @detached = true
         @server.connection_detached(self)
-        @io
+        @stream.io
       end
 
       # @return [Boolean] whether the app took the socket (hijack or streaming body)
@@ -149,20 +139,16 @@ module Weft
 
       # @api private: bytes received beyond the current request (for a hijacked stream).
       def take_buffered
-        data = @buffer
-        @buffer = String.new(encoding: Encoding::BINARY)
-        data
+        @stream.take_buffered
       end
 
       # --- I/O primitives used by RequestBody, ResponseWriter and Stream ----------------------
 
-      # Appends at least one byte from the socket to `into`, waiting at most `timeout` seconds.
-      # The bytes pass through the server's scratch buffer, so a read allocates no string.
+      # Appends at least one byte from the socket to the buffer, waiting at most `timeout`
+      # seconds.
       # @raise [ClientTimeout, ClientGone]
-      def read_some(into, timeout)
-        scratch = @server.read_buffer
-        read_into(scratch, timeout)
-        into << scratch # before this fiber can yield, so no other connection overwrites scratch
+      def fill(timeout)
+        @stream.fill(timeout) or raise ClientGone, "end of stream"
       end
 
       # Replaces the contents of `buffer` with the next bytes from the socket (at least one, at
@@ -171,40 +157,13 @@ module Weft
       # @return [String] buffer
       # @raise [ClientTimeout, ClientGone]
       def read_into(buffer, timeout)
-        loop do
-          case @io.read_nonblock(READ_SIZE, buffer, exception: false)
-          when String
-            return buffer
-          when :wait_readable
-            raise ClientTimeout, "no data within #{timeout}s" unless @socket.wait_readable(timeout)
-          when :wait_writable # SSL renegotiation
-            raise ClientTimeout, "no progress within #{timeout}s" unless @socket.wait_writable(timeout)
-          when nil
-            raise ClientGone, "end of stream"
-          end
-        end
-      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ENOTCONN, IOError, OpenSSL::SSL::SSLError => e
-        raise ClientGone, e.message
+        @stream.read_partial(READ_SIZE, buffer, timeout) or raise ClientGone, "end of stream"
       end
 
       # Writes all of `data`, waiting at most write_timeout for the client to take each part.
       # @raise [ClientTimeout, ClientGone]
       def write(data)
-        timeout = @settings.write_timeout
-        while data.bytesize.positive?
-          written = @io.write_nonblock(data, exception: false)
-          case written
-          when Integer
-            return if written == data.bytesize
-            data = data.byteslice(written, data.bytesize - written)
-          when :wait_writable
-            raise ClientTimeout, "client took no output for #{timeout}s" unless @socket.wait_writable(timeout)
-          when :wait_readable
-            raise ClientTimeout, "client took no output for #{timeout}s" unless @socket.wait_readable(timeout)
-          end
-        end
-      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ENOTCONN, IOError, OpenSSL::SSL::SSLError => e
-        raise ClientGone, e.message
+        @stream.write(data, @settings.write_timeout)
       end
 
       private
@@ -221,7 +180,7 @@ module Weft
           return if keep_alive == :parked # the rest of a head will wake it up
           return close unless keep_alive
           @idle_since = Timers.now
-          next unless @buffer.empty? # pipelined requests are answered in order
+          next unless @stream.buffer.empty? # pipelined requests are answered in order
           return unless read_available(@settings.idle_timeout, speculative: false)
         end
       rescue ClientGone, ClientTimeout
@@ -254,8 +213,8 @@ module Weft
       # During a graceful stop the connection is not parked: it waits in its fiber for the rest
       # of its drain grace, and is closed if no request came by then (see #drain).
       def read_available(park_timeout, speculative: true)
-        return true unless @buffer.empty?
-        return true if (speculative || !@io.equal?(@socket)) && fill_now
+        return true unless @stream.buffer.empty?
+        return true if (speculative || @stream.tls?) && fill_now
         return drain if @server.stopping?
         linger = @settings.linger
         return true if linger&.positive? && @requests > 1 && @socket.wait_readable(linger) && fill_now
@@ -282,16 +241,9 @@ module Weft
 
       # @return [Boolean] whether bytes arrived; raises ClientGone at EOF
       def fill_now
-        scratch = @server.read_buffer
-        case @io.read_nonblock(READ_SIZE, scratch, exception: false)
-        when String
-          @buffer << scratch
-          true
-        when nil then raise ClientGone, "end of stream"
-        else false
-        end
-      rescue Errno::ECONNRESET, Errno::EPIPE, Errno::ENOTCONN, IOError, OpenSSL::SSL::SSLError => e
-        raise ClientGone, e.message
+        filled = @stream.fill_now
+        raise ClientGone, "end of stream" if filled.nil?
+        filled
       end
 
       # Reads, runs and answers one request.
@@ -322,25 +274,20 @@ module Weft
       #   error, :parked
       def read_head
         env = @server.new_env(self)
-        until (length = @parser.parse(@buffer, env))
+        until (length = @parser.parse(@stream.buffer, env))
           @head_deadline ||= Timers.now + @settings.header_timeout
           remaining = @head_deadline - Timers.now
           raise ClientTimeout, "request head not complete" if remaining <= 0
           next if fill_now
           if @server.stopping?
-            read_some(@buffer, remaining)
+            fill(remaining)
           else
             @server.park(self, remaining)
             return :parked
           end
         end
         @head_deadline = nil
-        # The env holds copies, so a fully consumed buffer is simply reused.
-        if length == @buffer.bytesize
-          @buffer.clear
-        else
-          @buffer = @buffer.byteslice(length, @buffer.bytesize - length)
-        end
+        @stream.consume(length) # the env holds copies
         env
       rescue HTTP1::ParseError => e
         @server.statistics.parse_error!
@@ -348,13 +295,13 @@ module Weft
         false
       rescue ClientTimeout
         # Slowloris: only answer a client that sent part of a head.
-        answer_error(408, "request head not received in time") unless @buffer.empty?
+        answer_error(408, "request head not received in time") unless @stream.buffer.empty?
         raise
       end
 
       # @return [IO, nil] rack.input, or nil after answering an error
       def read_body(env)
-        RequestBody.read(self, @parser, @buffer, @server.config) { write(CONTINUE) }
+        RequestBody.read(self, @parser, @stream.buffer, @server.config) { write(CONTINUE) }
       rescue RequestBody::TooLarge => e
         answer_error(413, e.message)
         nil
@@ -376,25 +323,8 @@ module Weft
       end
 
       def handshake
-        ssl = OpenSSL::SSL::SSLSocket.new(@socket, @listener.ssl_context)
-        ssl.sync_close = true
-        deadline = Timers.now + @settings.header_timeout
-        loop do
-          case ssl.accept_nonblock(exception: false)
-          when :wait_readable then wait_handshake(:wait_readable, deadline)
-          when :wait_writable then wait_handshake(:wait_writable, deadline)
-          else break
-          end
-        end
-        @io = ssl
+        @stream.accept_tls(@listener.ssl_context, Weft::Deadline.after(@settings.header_timeout))
         @handshaken = true
-      rescue OpenSSL::SSL::SSLError, SystemCallError, IOError => e
-        raise ClientGone, "TLS handshake failed: #{e.message}"
-      end
-
-      def wait_handshake(kind, deadline)
-        remaining = deadline - Timers.now
-        raise ClientTimeout, "TLS handshake not complete" unless remaining.positive? && @socket.public_send(kind, remaining)
       end
 
       RACK_INPUT = "rack.input"

@@ -22,9 +22,10 @@ module Weft
 
       module_function
 
-      # @param connection [Connection] for read_some
+      # @param connection [Connection] for #fill and #read_into
       # @param parser [HTTP1::RequestParser] the parsed head
-      # @param buffer [String] bytes after the head; the body's bytes are removed from it
+      # @param buffer [String] the connection's buffer: bytes after the head; the body's bytes
+      #   are removed from it
       # @yield when the client waits for 100 Continue and the body must be read
       # @return [EmptyInput, StringIO, Tempfile]
       def read(connection, parser, buffer, config)
@@ -80,7 +81,7 @@ module Weft
           sink << decoded
           decoded.clear
           break if done
-          connection.read_some(buffer, timeout)
+          connection.fill(timeout) # appends to `buffer`, the connection's
         end
         sink.input
       end
