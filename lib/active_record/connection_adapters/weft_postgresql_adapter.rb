@@ -41,7 +41,9 @@ module ActiveRecord
       # Raised when a transaction begins under a fiber scheduler while ActiveRecord gives all
       # fibers of a thread the same adapter: their statements would join each other's
       # transactions.
-      class IsolationLevelError < ActiveRecordError; end
+      class IsolationLevelError < ActiveRecordError
+        include Weft::Error
+      end
 
       # @see PostgreSQLAdapter#initialize
       def initialize(...)
