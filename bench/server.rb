@@ -15,7 +15,7 @@
 #   10,000 idle keep-alive connections    RSS of the server before/after (bench/server/idle_client.rb)
 #
 # Writes bench/results/server.md (tables, ratios, charts) and bench/results/server.raw (tool output).
-require "bundler/setup"
+require_relative "support/bundle"
 require "etc"
 require "fileutils"
 require "net/http"

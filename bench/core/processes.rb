@@ -6,7 +6,7 @@
 # Sequential would take 5 s; full overlap takes 0.5 s plus process start-up.
 #
 #   bundle exec ruby bench/core/processes.rb
-require "bundler/setup"
+require_relative "../support/bundle"
 require "open3"
 require_relative "../../lib/weft"
 

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# Issue #12's Rails proof, measured: the Rails 7.2 app of test/postgres/apps/rails_app (each
+# Issue #12's Rails proof, measured: the Rails app of test/postgres/apps/rails_app (7.2 on Ruby 3.1, 8.1 on 3.3; each
 # request: five queries, one of them in a transaction with a uniqueness validation, one with
 # `includes`, then `pg_sleep(0.05)`) on Weft, Falcon and Puma, each one process with the same
 # budget of 5 PostgreSQL connections, one after the other against a private cluster:
@@ -157,7 +157,8 @@ module PostgresBench
       label = ->(name) { server(name)[:label] }
       ceiling = POOL / SLEEP
 
-      page = Bench::Report.new("Rails 7.2 on Weft, Falcon and Puma with 5 PostgreSQL connections",
+      page = Bench::Report.new("Rails #{Gem.loaded_specs['railties'].version.segments.first(2).join('.')} on Weft, " \
+                               "Falcon and Puma with 5 PostgreSQL connections",
                                command: "bundle exec ruby bench/postgres/rails_bench.rb #{seconds}")
       page.paragraph(<<~TEXT)
         PostgreSQL #{PostgresBench.server_version} (private throwaway cluster, fsync off, on the same machine);

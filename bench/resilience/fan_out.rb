@@ -6,7 +6,7 @@
 #   bundle exec ruby bench/resilience/fan_out.rb
 #
 # Prints a Markdown table; docs/resilience.md quotes it.
-require "bundler/setup"
+require_relative "../support/bundle"
 $LOAD_PATH.unshift(File.expand_path("../../lib", __dir__))
 require "weft/resilience"
 require "weft/http"

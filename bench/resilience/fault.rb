@@ -21,7 +21,7 @@
 # process), WARMUP (3), HEALTHY (6), SLOW (10), HEALED (12), DEADLINE (0.05), SLOW_DELAY (2),
 # VARIANTS (weft,semian,deadline), ROUNDS (1: each round runs every variant, the first of them
 # in turn), OUT (bench/results/resilience_fault.md).
-require "bundler/setup"
+require_relative "../support/bundle"
 require "json"
 require "socket"
 require "etc"
@@ -55,7 +55,7 @@ module FaultBench
                   half_open_resource_timeout: 0.025 },
     "deadline" => {}
   }.freeze
-  LABELS = { "weft" => "Weft::CircuitBreaker", "semian" => "Semian 0.22.1", "deadline" => "deadline only" }.freeze
+  LABELS = { "weft" => "Weft::CircuitBreaker", "semian" => "Semian #{Gem.loaded_specs.fetch('semian').version}", "deadline" => "deadline only" }.freeze
 
   # The run's settings, from the environment.
   class Config

@@ -5,7 +5,7 @@
 # store), in one process, the implementations interleaved within each round so that background
 # load hits all alike. Run through bench/resilience/overhead, which writes
 # bench/results/resilience.md.
-require "bundler/setup"
+require_relative "../support/bundle"
 require "semian"
 require "stoplight"
 require_relative "../../lib/weft/resilience"
@@ -17,6 +17,10 @@ CALLS = Integer(ENV.fetch("CALLS", "200000"))
 FAIL_EVERY = 10
 
 Failure = Class.new(StandardError)
+
+# Stoplight 5 and later (Ruby 3.3's bundle) take notifiers from the library's configuration;
+# 4.1 (Ruby 3.1's) from each light's builder, below. None here: a notifier writes each change.
+Stoplight.configure { |config| config.notifiers = [] } if Stoplight.respond_to?(:configure)
 
 # One way of protecting a call: `run` calls the block through the breaker, `closed?` tells
 # whether the breaker stayed closed (a row whose breaker opened would time refusals instead).
@@ -40,7 +44,8 @@ def stoplight(label)
   # The default data store is the in-memory one; naming it explicitly would route every call
   # through Stoplight's `safely` wrapper, a second light per call. A success clears the failures,
   # so one failure in ten never reaches the threshold of 3.
-  light = Stoplight("bench-#{label}").with_notifiers([]).build
+  light = Stoplight("bench-#{label}")
+  light = light.with_notifiers([]).build if light.respond_to?(:with_notifiers) # Stoplight 4.1's builder
   Contender.new(label, ->(&block) { light.run(&block) }, -> { light.color == Stoplight::Color::GREEN })
 end
 
@@ -121,7 +126,7 @@ end
 report = Bench::Report.new("Resilience: circuit breaker overhead per call", command: "bench/resilience/overhead (ROUNDS=#{ROUNDS}, CALLS=#{CALLS})")
 versions = %w[semian stoplight].map { |name| "#{name} #{Gem.loaded_specs[name].version}" }.join(", ")
 report.paragraph(<<~TEXT)
-  Peers: #{versions} (the newest releases that install on Ruby 3.1). Each cell is the median of
+  Peers: #{versions} (the newest releases that install on Ruby #{RUBY_VERSION[/\A\d+\.\d+/]}). Each cell is the median of
   #{ROUNDS} rounds of #{CALLS} calls, in one process, the contenders interleaved within each round
   in a rotating order. "Overhead" is the cell minus the same loop without a breaker; the ratio
   is a peer's overhead over Weft's (above 1: Weft is cheaper). Every breaker is thread-safe

@@ -29,7 +29,7 @@
 #   SHARDS=<cores>  SERVERS=weft,puma,falcon  PUMA_THREADS=32  BREAK_P90=1.0  TIMEOUT_MS=5000
 #   OUT=bench/results/ringpool.md
 #   RINGPOOL_* settings (e.g. RINGPOOL_DEADLINE_MS) pass through to the app.
-require "bundler/setup"
+require_relative "../support/bundle"
 require "etc"
 require "fileutils"
 require "json"

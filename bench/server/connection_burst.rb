@@ -14,7 +14,7 @@
 # the clients closed them; and the server's own fiber and parked-connection counts.
 #
 # Writes bench/results/connection_burst.md.
-require "bundler/setup"
+require_relative "../support/bundle"
 require "json"
 require "net/http"
 require "rbconfig"
@@ -59,7 +59,7 @@ module ConnectionBurst
       port = Bench.free_port
       log = File.join(tmp, "server.log")
       # Each checkout runs with its own bundle, so that its lib (not this one's) is loaded.
-      env = { "RACK_ENV" => "production", "BUNDLE_GEMFILE" => File.join(dir, "Gemfile") }
+      env = { "RACK_ENV" => "production", "BUNDLE_GEMFILE" => WeftGemfile.for_ruby(dir) }
       pid = Process.spawn(env, RbConfig.ruby, File.join(dir, "exe/weft"), "serve", APP,
                           "-w", "0", "-q", "-C", config, "-b", "tcp://127.0.0.1:#{port}", out: log, err: log)
       begin

@@ -15,7 +15,7 @@ rows = Integer(ENV.fetch("ROUNDS", "2")).times.flat_map do
   checkouts.map do |checkout|
     port = Bench.free_port
     command = [RbConfig.ruby, File.join(checkout, "exe/weft"), "serve", ServerBench::APP, "-o", "127.0.0.1", "-p", port.to_s, "-w", "0", "-q"]
-    env = { "BUNDLE_GEMFILE" => File.join(checkout, "Gemfile") } # its own lib/, not this one's
+    env = { "BUNDLE_GEMFILE" => WeftGemfile.for_ruby(checkout) } # its own lib/, not this one's
     pid = Process.spawn(env, *command, chdir: checkout, out: File::NULL, err: File::NULL, pgroup: true)
     begin
       ServerBench.wait_until_serving(port, pid)

@@ -18,7 +18,7 @@
 # extensions compiled), the first two figures are measured for each, the servers taking turns
 # ROUNDS times, each run from its own tree and bundle: before and after side by side.
 # Writes bench/results/server-profile.md (server-profile-ruby-3.3.md on Ruby 3.3).
-require "bundler/setup"
+require_relative "../support/bundle"
 require "json"
 require "net/http"
 require "rbconfig"
@@ -65,7 +65,7 @@ module ServerProfile
   # its port and pid after a warm-up.
   def serving(checkout, connections)
     port = Bench.free_port
-    env = { "RACK_ENV" => "production", "BUNDLE_GEMFILE" => File.join(checkout, "Gemfile") }
+    env = { "RACK_ENV" => "production", "BUNDLE_GEMFILE" => WeftGemfile.for_ruby(checkout) }
     # bundler/setup (inherited through RUBYOPT) loads the bundle BUNDLE_GEMFILE names
     pid = spawn(env, RbConfig.ruby, File.join(checkout, "exe/weft"), "serve", APP, "-o", "127.0.0.1", "-p", port.to_s,
                 "-w", "0", "-q", chdir: checkout)

@@ -5,7 +5,7 @@ require "open3"
 require "rbconfig"
 require "active_record/connection_adapters/weft_postgresql_adapter"
 
-# `adapter: weft_postgresql` (ActiveRecord 7.2) against the throwaway cluster, under Weft's
+# `adapter: weft_postgresql` (ActiveRecord 7.2 on Ruby 3.1, 8.1 on 3.3) against the throwaway cluster, under Weft's
 # reactor: many fibers on few PostgreSQL connections, each fiber's transactions its own.
 class PostgresActiveRecordAdapterTest < Minitest::Test
   DATABASE = "weft_ar_adapter"
@@ -121,6 +121,38 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     end
   end
 
+  # `execute` (and on Rails 8.1 every query: it sends those without binds in the simple
+  # protocol) shares the pool when the text is one statement that reads or writes rows; several
+  # statements and DDL run in the simple protocol on a connection leased for them.
+  def test_execute_shares_single_data_statements_and_leases_the_rest
+    Weft.run do
+      ActiveRecord::Base.with_connection do |conn|
+        queries = -> { shared_pool.statistics[:queries] }
+        before = queries.call
+        conn.execute("INSERT INTO weft_entries (fiber, tag) VALUES (1, 'a;b')") # a semicolon in a literal
+        assert_equal "a;b", conn.select_value("SELECT tag FROM weft_entries WHERE fiber = 1")
+        assert_equal before + 2, queries.call, "single statements did not go through Pool#query"
+        result = conn.execute("INSERT INTO weft_entries (fiber, tag) VALUES (2, 'c'); SELECT count(*) FROM weft_entries")
+        assert_equal 2, Integer(result.getvalue(0, 0))
+        conn.execute("CREATE INDEX CONCURRENTLY weft_entries_tag ON weft_entries (tag)") # refused in a transaction
+        assert_equal before + 2, queries.call, "several statements or DDL went through Pool#query"
+        assert_equal 0, shared_pool.statistics[:pinned], "a statement kept its leased connection"
+      end
+    end
+    assert_equal ["weft_entries_tag"], postgres.psql("select indexname from pg_indexes where indexname = 'weft_entries_tag'",
+                                                     dbname: DATABASE).map { |row| row["indexname"] }
+  end
+
+  # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
+  # own pool holds `lease_limit:` adapters (1000 by default), on 7.2 and 8.1 alike.
+  def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool
+    assert_equal 1000, ActiveRecord::Base.connection_pool.size
+    assert_equal 5, shared_pool.statistics[:limit]
+    ActiveRecord::Base.establish_connection(config.except(:pool).merge(max_connections: 7, lease_limit: 50))
+    assert_equal 50, ActiveRecord::Base.connection_pool.size
+    assert_equal 7, shared_pool.statistics[:limit]
+  end
+
   def test_a_transaction_under_a_fiber_scheduler_needs_fiber_isolation
     ActiveSupport::IsolatedExecutionState.isolation_level = :thread
     error = Weft.run do
@@ -185,9 +217,15 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     ActiveRecord.async_query_executor = :global_thread_pool
     ActiveRecord::Base.establish_connection(config) # the executor is chosen as the pool is made
     Weft.run do
+      # A query session, as Rails' executor opens around each request (Rails 8 refuses
+      # load_async outside one; 7.2 ran it without).
+      tracker = ActiveRecord::Base.asynchronous_queries_tracker
+      tracker.start_session
       relation = widget.where(name: "w").load_async
       assert relation.scheduled?, "load_async ran in the foreground"
       assert_equal ["w"], relation.map(&:name)
+    ensure
+      tracker&.finalize_session
     end
   ensure
     ActiveRecord::Migration.verbose = verbose
@@ -213,7 +251,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   end
 
   def shared_pool
-    ActiveRecord::Base.with_connection { |conn| conn.instance_variable_get(:@raw_connection) }
+    ActiveRecord::Base.with_connection { |conn| conn.tap(&:verify!).instance_variable_get(:@raw_connection) } # connected
                       .instance_variable_get(:@database).pool
   end
 

@@ -3,7 +3,7 @@
 require_relative "../test_helper"
 require "net/http"
 
-# ActiveRecord 7.2 (adapter: postgresql and weft_postgresql) and Sequel apps served by Weft's server (`weft serve`, a real process) with
+# ActiveRecord 7.2 on Ruby 3.1, 8.1 on 3.3 (adapter: postgresql and weft_postgresql) and Sequel apps served by Weft's server (`weft serve`, a real process) with
 # DATABASE_URL: ten requests that each sleep 0.5 s in PostgreSQL overlap.
 class PostgresFrameworksTest < Minitest::Test
   include Weft::Test::WeftServe

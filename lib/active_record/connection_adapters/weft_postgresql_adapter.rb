@@ -15,7 +15,7 @@ module ActiveRecord
   module ConnectionAdapters
     # ActiveRecord's PostgreSQL adapter with its statements sent through a Weft::Postgres::Pool
     # shared by the whole process: `adapter: weft_postgresql` (database.yml, establish_connection,
-    # or DATABASE_URL=weft-postgresql://...). Rails 7.2.
+    # or DATABASE_URL=weft-postgresql://...). Rails 7.2 and 8.1.
     #
     # An adapter object holds no PostgreSQL connection. Its statements share the pool's
     # connections, pipelined, with every other adapter's; a transaction (or anything that
@@ -30,8 +30,9 @@ module ActiveRecord
     # - Session settings (encoding, min_messages, schema_search_path, variables, standard
     #   strings, intervalstyle, time zone) are applied to every pool connection as it opens
     #   (WeftPostgreSQL::SessionSetup), not per adapter.
-    # - Statements sent with `execute` (the simple protocol, which allows several statements in
-    #   one string) take a connection alone for their round trip instead of being pipelined.
+    # - SQL sent in the simple protocol (`execute`; on Rails 8.1 every query without binds)
+    #   is pipelined when it is one statement that reads or writes rows; several statements in
+    #   one string, DDL and utility commands take a connection alone for their round trip.
     # - PostgreSQL notices do not reach ActiveRecord.db_warnings_action.
     # - ActiveSupport's isolation level must be :fiber under a fiber scheduler (each request
     #   fiber its own adapter); a transaction begun otherwise raises.

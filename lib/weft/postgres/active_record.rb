@@ -35,9 +35,19 @@ module Weft
       # Prepended to HashConfig: a default pool size for fiber concurrency. weft_postgresql
       # configurations size ActiveRecord's pool themselves (`lease_limit:`).
       module DefaultPoolSize
+        # The configuration keys that set the pool's size, and the HashConfig method ActiveRecord
+        # reads it from: `pool:` (#pool) up to Rails 7.2; Rails 8.1 reads #max_connections, from
+        # `max_connections:` or the older `pool:`.
+        SIZE_KEYS, SIZE_READER =
+          if ActiveRecord::DatabaseConfigurations::HashConfig.method_defined?(:max_connections)
+            [%i[max_connections pool], :max_connections]
+          else
+            [%i[pool], :pool]
+          end
+
         # @return [Integer]
-        def pool
-          return super if configuration_hash.key?(:pool) || adapter == "weft_postgresql"
+        define_method(SIZE_READER) do
+          return super() if SIZE_KEYS.any? { |key| configuration_hash.key?(key) } || adapter == "weft_postgresql"
           FiberActiveRecord.default_pool_size
         end
       end

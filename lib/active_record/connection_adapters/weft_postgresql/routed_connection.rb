@@ -20,7 +20,8 @@ module ActiveRecord
       #   the same way and keeps it until #release, which ActiveRecord calls as the adapter goes
       #   back to its pool; the session is then cleared (DISCARD ALL) and set up anew.
       # - Simple-protocol statements (#async_exec: `execute`, DDL, fixtures; possibly several
-      #   statements in one string, which a pipeline cannot carry) run on a leased connection too.
+      #   statements in one string, which a pipeline cannot carry) run on a leased connection too,
+      #   unless they are a single statement that reads or writes rows (Rails 8.1's queries).
       #
       # Results get the adapter's result type map, and parameters are encoded with its query
       # type map, as PG::Connection would do with its own.
@@ -52,10 +53,18 @@ module ActiveRecord
           end
         end
 
-        # Runs SQL in the simple protocol (one or several statements) on a leased connection.
+        # Runs SQL sent for the simple protocol: one statement that reads or writes rows and
+        # needs no session of its own goes through the shared pool as #exec_params would send it
+        # (Rails 8.1 sends every query without binds this way, and with prepared statements off
+        # none has binds); anything else (several statements, DDL, utility commands) runs in the
+        # simple protocol on a leased connection.
         # @return [PG::Result] the last statement's result
         def async_exec(sql)
-          typed(on_lease(sql) { |raw| raw.async_exec(sql) })
+          if @lease || !StatementScope.single_data_statement?(sql) || StatementScope.session_state?(sql)
+            typed(on_lease(sql) { |raw| raw.async_exec(sql) })
+          else
+            typed(@database.pool.query(sql))
+          end
         end
         alias exec async_exec
         alias query async_exec

@@ -48,11 +48,12 @@ module ActiveRecord
 
           private
 
-          # Weft::Postgres::Pool options from the configuration: `pool:` real connections,
+          # Weft::Postgres::Pool options from the configuration: `pool:` real connections (or
+          # `max_connections:`, Rails 8.1's name for it, which refuses the two set apart),
           # `checkout_timeout:` seconds to wait for one, `pipelining:` and `pipeline_depth:`.
           def pool_options(config)
             options = {
-              limit: Integer(config[:pool] || DEFAULT_LIMIT),
+              limit: Integer(config[:max_connections] || config[:pool] || DEFAULT_LIMIT),
               acquire_timeout: Float(config[:checkout_timeout] || DEFAULT_ACQUIRE_TIMEOUT),
               pipelining: ActiveModel::Type::Boolean.new.cast(config.fetch(:pipelining, true)),
             }

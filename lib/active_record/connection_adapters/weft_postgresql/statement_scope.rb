@@ -29,6 +29,16 @@ module ActiveRecord
         /ix
         # Functions whose effect outlives the statement: session advisory locks, set_config.
         SESSION_FUNCTION = /\b(?:pg_(?:try_)?advisory_lock(?:_shared)?|set_config)\s*\(/i
+        # Statements that read or write rows (what ActiveRecord's queries are), as opposed to DDL
+        # and utility commands, some of which (CREATE DATABASE, VACUUM, CREATE INDEX
+        # CONCURRENTLY) refuse to run in the implicit transaction of a pipeline's segment.
+        DATA_STATEMENT = /\A#{LEADING}(?:select|insert|update|delete|with|values|table)\b/i
+        # Text in which a semicolon does not end a statement: string constants (E'' ones with
+        # backslash escapes), quoted identifiers, dollar-quoted strings and comments.
+        QUOTED = /
+          (?<![A-Za-z0-9_$])[eE]'(?:[^'\\]|\\.|'')*' | '(?:[^']|'')*' | "(?:[^"]|"")*" |
+          (?<![A-Za-z0-9_$])\$([A-Za-z_][A-Za-z0-9_]*|)\$.*?\$\1\$ | --[^\n]* | \/\*.*?\*\/
+        /mx
 
         module_function
 
@@ -36,6 +46,17 @@ module ActiveRecord
         # @return [Boolean] whether the statement opens a transaction
         def transaction_start?(sql)
           TRANSACTION_START.match?(sql)
+        end
+
+        # @param sql [String]
+        # @return [Boolean] whether the text is one statement that reads or writes rows, which
+        #   may then go through the extended protocol (it carries one statement only) and share
+        #   a pipelined connection. Errs towards false: quoting it cannot follow, like a nested
+        #   comment, leaves a semicolon in sight.
+        def single_data_statement?(sql)
+          return false unless DATA_STATEMENT.match?(sql)
+          return true unless sql.include?(";")
+          !sql.gsub(QUOTED, " ").sub(/;\s*\z/, "").include?(";")
         end
 
         # @param sql [String]

@@ -1,5 +1,8 @@
 # frozen_string_literal: true
 
-# The app runs on the gem's own bundle (the repository's Gemfile has Rails 7.2, Puma, Falcon).
-ENV["BUNDLE_GEMFILE"] ||= File.expand_path("../../../../../Gemfile", __dir__)
+# The app runs on the gem's own bundle for the Ruby in use (Rails 7.2 on Ruby 3.1, 8.1 on 3.3;
+# Puma and Falcon too): Gemfile or Gemfile.ruby-3.3, see gemfiles/ruby.rb.
+require_relative "../../../../../gemfiles/ruby"
+
+ENV["BUNDLE_GEMFILE"] ||= WeftGemfile.for_ruby(File.expand_path("../../../../..", __dir__))
 require "bundler/setup"

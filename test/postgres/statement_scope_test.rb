@@ -1,0 +1,26 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "active_record/connection_adapters/weft_postgresql_adapter"
+
+# Which SQL texts the weft_postgresql adapter may send through the shared pool's extended
+# protocol: one statement that reads or writes rows, with semicolons only inside quoting.
+class PostgresStatementScopeTest < Minitest::Test
+  SCOPE = ActiveRecord::ConnectionAdapters::WeftPostgreSQL::StatementScope
+
+  def test_one_data_statement_with_semicolons_only_inside_quoting
+    [
+      "SELECT 1", "SELECT 1;\n", "select $1", "WITH a AS (SELECT 1) SELECT * FROM a",
+      "/* application:app */ UPDATE t SET a = 'it''s;'", "INSERT INTO t (a) VALUES ($$x;y$$)",
+      "INSERT INTO t (a) VALUES ($tag$x;$$y$tag$) RETURNING id", "SELECT E'a\\';b'",
+      %(SELECT 'a;b', "c;d" -- e;f\n), "DELETE FROM t /* ; */"
+    ].each { |sql| assert SCOPE.single_data_statement?(sql), sql }
+  end
+
+  def test_several_statements_ddl_and_utility_commands_are_not
+    [
+      "SELECT 1; SELECT 2", "SELECT '\\'; DROP TABLE t; SELECT 'x'", "SELECT date'2020-01-01'; SELECT 2",
+      "CREATE TABLE t (a int)", "VACUUM", "CREATE INDEX CONCURRENTLY i ON t (a)", "BEGIN", "SET search_path TO x"
+    ].each { |sql| refute SCOPE.single_data_statement?(sql), sql }
+  end
+end
