@@ -7,17 +7,20 @@
 #
 #   bundle exec ruby bench/postgres/rails_bench.rb [seconds]   # writes bench/results/rails.md
 #
-# Load: wrk, closed loop (BENCH_C connections, each sending its next request when the last
-# one answered). Latency at a fixed rate (open loop) is not measured here yet: Debian has no
-# wrk2, `hey -q` waits for each answer, and the JMeter plan of bench/ringpool is the ring pool's.
-# Each server gets its own database (created, migrated and seeded by the app's Rails tasks), and
-# a thread counts that database's backends in pg_stat_activity while the load runs.
+# Load, on each server in turn: wrk, closed loop (BENCH_C connections, each sending its next
+# request when the last one answered; `seconds`), then JMeter, open loop, at each of a ladder
+# of fixed rates (`seconds` each; bench/postgres/rails_open_loop.rb). Each server gets its own
+# database (created, migrated and seeded by the app's Rails tasks), and a thread counts that
+# database's backends in pg_stat_activity while the load runs. JMeter and a JDK are Debian's
+# (apt-get install jmeter jmeter-http default-jdk-headless).
 #
 # Environment: BENCH_SERVERS (default "weft,falcon,puma5,puma10"; pumaN is Puma with N
-# threads), BENCH_C (200), BENCH_DB_POOL (5), BENCH_OUT (the report's path).
+# threads), BENCH_C (200), BENCH_RATES ("20,40,60,70,80,90"), BENCH_DB_POOL (5), BENCH_OUT (the
+# report's path).
 
 require_relative "support"
 require_relative "http_bench"
+require_relative "rails_open_loop"
 require_relative "../support/report"
 require "rbconfig"
 
@@ -119,9 +122,10 @@ module PostgresBench
       conn&.close
     end
 
-    # Measures one server: warm-up, then the closed loop.
-    # @return [Hash] :closed (with :backends), :timeouts
-    def measure(name, seconds, connections)
+    # Measures one server: warm-up, the closed loop, then the open loop's rates.
+    # @param jmeter [Bench::JMeter]
+    # @return [Hash] :closed (with :backends), :open (Array<RailsOpenLoop::Step>), :timeouts
+    def measure(name, seconds, connections, jmeter)
       prepare(name)
       database = "weft_rails_#{name}"
       env = environment(name)
@@ -135,8 +139,21 @@ module PostgresBench
         end
         closed[:backends] = backends
         warn "#{name} closed loop c=#{connections}: #{closed.inspect}"
-        { closed: closed, timeouts: File.read(log).scan(/ConnectionTimeoutError/).size }
+        open = RailsOpenLoop::RATES.map { |rate| open_loop_step(name, database, jmeter, port, rate, seconds) }
+        { closed: closed, open: open, timeouts: File.read(log).scan(/ConnectionTimeoutError/).size }
       end
+    end
+
+    # One rate of the open loop, once the requests left over from the last load are done.
+    # @return [RailsOpenLoop::Step]
+    def open_loop_step(name, database, jmeter, port, rate, seconds)
+      wait_idle(database)
+      load_before = RailsOpenLoop.load_average
+      window, backends = watching_backends(database) { RailsOpenLoop.run_rate(jmeter, name, port, rate, seconds, authors: AUTHORS) }
+      warn format("%s open loop %d req/s: achieved %.1f, p50 %s p90 %s p99 %s max %s ms, %d errors, %d timeouts, %d backends",
+                  name, rate, window.achieved, window.percentile(0.5), window.percentile(0.9), window.percentile(0.99), window.max,
+                  window.errors(RailsOpenLoop::CREATED), window.timeouts, backends)
+      RailsOpenLoop::Step.new(rate, window, backends, load_before)
     end
 
     def ms(value)
@@ -153,7 +170,10 @@ module PostgresBench
       HttpBench.raise_file_limit
       names = HttpBench.list("BENCH_SERVERS", "weft,falcon,puma5,puma10")
       connections = Integer(ENV.fetch("BENCH_C", "200"))
-      results = names.to_h { |name| [name, measure(name, seconds, connections)] }
+      jmeter = Bench::JMeter.new(File.join(RailsOpenLoop::TMP, "launcher"))
+      uptime_before = `uptime`.strip
+      results = names.to_h { |name| [name, measure(name, seconds, connections, jmeter)] }
+      uptime_after = `uptime`.strip
       label = ->(name) { server(name)[:label] }
       ceiling = POOL / SLEEP
 
@@ -163,7 +183,8 @@ module PostgresBench
       page.paragraph(<<~TEXT)
         PostgreSQL #{PostgresBench.server_version} (private throwaway cluster, fsync off, on the same machine);
         #{tool_version('wrk', '-v')}; railties #{Gem.loaded_specs['railties']&.version}, activerecord
-        #{Gem.loaded_specs['activerecord']&.version}. The server under test, PostgreSQL and the load generator share the machine's cores.
+        #{Gem.loaded_specs['activerecord']&.version}. The server under test, PostgreSQL and the load generator share the machine's cores,
+        and the machine may be running other jobs: `uptime` before the run `#{uptime_before}`, after `#{uptime_after}`.
       TEXT
       page.paragraph(<<~TEXT)
         The app is test/postgres/apps/rails_app (the one test/postgres/rails_app_test.rb runs), unchanged on every
@@ -196,8 +217,7 @@ module PostgresBench
       page.chart("Requests/s, closed loop (ceiling #{ceiling.round}):", names.map { |name| [label.call(name), results[name][:closed][:rps]] },
                  format: "%.1f")
 
-      page.paragraph("Latency at a fixed request rate (open loop) is not measured yet: Debian packages no fixed-rate " \
-                     "HTTP load tool but JMeter, whose plan here (bench/ringpool) is the ring pool's.")
+      RailsOpenLoop.report(page, names, names.to_h { |name| [name, results[name][:open]] }, seconds, label)
       page
     end
   end

@@ -105,8 +105,8 @@ module RingpoolBench
     def tools
       load = @uptime_before[/load average: ([\d.]+)/, 1].to_f
       <<~TEXT.strip
-        Load tool: JMeter #{JMeter.version} (Debian, non-GUI, `bench/ringpool/allocations.jmx`) on
-        #{java_version}; PostgreSQL #{@postgres} (a private cluster: fsync off, synchronous_commit off,
+        Load tool: JMeter #{JMeter.version} (Debian, non-GUI, `bench/support/open_loop.jmx`, request from `bench/ringpool/jmeter.rb`) on
+        #{JMeter.java_version}; PostgreSQL #{@postgres} (a private cluster: fsync off, synchronous_commit off,
         shared_buffers 32 MB); servers: #{@runs.map(&:name).join(', ')}, #{@config.shards} shards each. Everything —
         load generator, shards, PostgreSQL — on this one machine.
 
@@ -119,10 +119,6 @@ module RingpoolBench
 
     def thousands(number)
       number.to_s.reverse.scan(/\d{1,3}/).join(",").reverse
-    end
-
-    def java_version
-      `java -version 2>&1`.lines.first.to_s.strip.delete('"').sub(/\Aopenjdk version/, "OpenJDK")
     end
 
     # One line: the highest rate holding the SLA, and where the run broke.
@@ -262,7 +258,7 @@ module RingpoolBench
 
         JMeter 2.13 as Debian 12 ships it cannot load any test plan (its XStream, 1.4.20, refuses
         JMeter's own classes: `ForbiddenClassException: org.apache.jmeter.save.ScriptWrapper`), so
-        the run starts it through `bench/ringpool/JMeterLauncher.java`, which grants JMeter's
+        the run starts it through `bench/support/JMeterLauncher.java`, which grants JMeter's
         XStream its types and then calls JMeter's own entry point; the load, the timing and the
         results are JMeter's.
 

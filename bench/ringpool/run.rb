@@ -16,7 +16,7 @@
 #    same demand and a pool overflows as the Erlang loss formula says for its size — see the
 #    report's "expected exhausted" column), with tracking params that vary.
 # 5. For each rate of RATES, then on by STEP_UP until a rate breaks: JMeter at that fixed rate
-#    (open loop; see bench/ringpool/run and allocations.jmx), WARMUP seconds once every thread
+#    (open loop; see bench/ringpool/run and bench/support/open_loop.jmx), WARMUP seconds once every thread
 #    runs, then STEP seconds measured: achieved rate, latency, errors, items by kind, CPU of the
 #    server's processes, PostgreSQL's and JMeter's (from /proc).
 # 6. bench/results/ringpool.md (OUT).

@@ -4,7 +4,7 @@
 // only a short list of types, so the packaged `jmeter` command cannot load any test plan
 // (ForbiddenClassException: org.apache.jmeter.save.ScriptWrapper). XStream has no switch for
 // that outside the code, so this launcher loads JMeter's SaveService, grants its XStream
-// instances every type (the plan read is bench/ringpool/allocations.jmx, written here), and
+// instances every type (the plan read is bench/support/open_loop.jmx, written here), and
 // hands over to JMeter's own entry point, NewDriver, with the arguments unchanged.
 //
 //   javac -d DIR -cp "$JMETER_CLASSPATH" JMeterLauncher.java
