@@ -24,8 +24,10 @@ module Ringpool
     # Seconds an INSERT may go on after its request's deadline passed (see #store).
     LATE_STORE_TIMEOUT = 5
 
-    # INSERTs of one shard at once (GroupCommit). One: measured with apps/ringpool/bench/pg_cost.rb,
-    # more only made the statements smaller and PostgreSQL busier per allocation.
+    # INSERTs of one shard at once (GroupCommit). With one, PostgreSQL holds at most one
+    # statement per shard in its queue, so an overloaded database makes the groups bigger rather
+    # than the queue longer; apps/ringpool/bench/pg_cost.rb measured 2 or more within 5% of one's
+    # CPU per allocation.
     INSERTS_IN_FLIGHT = 1
 
     # One item to allocate: its pool and params (JSON text).
