@@ -118,7 +118,7 @@ module RingpoolBench
       conn = PG.connect(database_url)
       Integer(conn.exec(<<~SQL).getvalue(0, 0))
         select count(*) from allocations a join allocations b
-          on a.number = b.number and a.id < b.id and a.lockout && b.lockout
+          on a.number = b.number and a.ctid < b.ctid and a.lockout && b.lockout
       SQL
     ensure
       conn&.close

@@ -1,13 +1,15 @@
 # frozen_string_literal: true
 
 # What PostgreSQL alone can store: pgbench running ringpool's allocation INSERT (40 rows per
-# statement, the exclusion constraint and indexes of the allocations table) against a private
+# statement, into the allocations table as Ringpool::Schema makes it) against a private
 # throwaway cluster (fsync off, as the tests run it), to tell where the database becomes the
 # limit (see README, "Beyond one machine").
 #
 #   bundle exec ruby apps/ringpool/bench/insert_cost.rb [clients] [seconds]
 root = File.expand_path("../../..", __dir__)
+$LOAD_PATH.unshift(File.join(root, "lib"))
 require File.join(root, "test/support/postgres_cluster")
+require_relative "../lib/ringpool"
 require "tmpdir"
 
 clients = Integer(ARGV[0] || 4)
@@ -15,17 +17,10 @@ seconds = Integer(ARGV[1] || 10)
 cluster = Weft::Test::PostgresCluster.new.start
 begin
   url = cluster.create_database("insert_cost")
-  conn = PG.connect(url)
-  conn.exec(<<~SQL)
-    create extension btree_gist;
-    create table allocations (
-      id bigint generated always as identity primary key, ring_pool_id integer not null, number text not null,
-      lockout tstzrange not null, params jsonb not null,
-      exclude using gist (number with =, lockout with &&));
-    create index on allocations (number, upper(lockout) desc);
-    create index on allocations (ring_pool_id);
-  SQL
-  conn.close
+  # The app's own tables (Ringpool::Schema), so the figure follows its migrations.
+  db = Weft::Postgres::Pool.new(url, limit: 1)
+  Weft.run { Ringpool::Schema.migrate(db) }
+  db.close
   Dir.mktmpdir do |dir|
     script = File.join(dir, "alloc.sql")
     File.write(script, <<~SQL)

@@ -89,7 +89,7 @@ class RingpoolStorageTest < Minitest::Test
     assert_operator tracked.size, :<=, 20
     assert(answers.reject(&:tracked?).all? { |a| a.overflow? && %w[exhausted shard_unavailable].include?(a.reason) })
     overlapping = sql(db, <<~SQL).first["count"]
-      select count(*) from allocations a join allocations b on a.number = b.number and a.id < b.id and a.lockout && b.lockout
+      select count(*) from allocations a join allocations b on a.number = b.number and a.ctid < b.ctid and a.lockout && b.lockout
     SQL
     assert_equal "0", overlapping
     assert_equal tracked.sort, sql(db, "select number from allocations").map { |row| row["number"] }.sort

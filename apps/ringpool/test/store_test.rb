@@ -24,7 +24,29 @@ class RingpoolStoreTest < Minitest::Test
     end
     assert(pids.all? { |pid| Process.wait2(pid).last.success? }, "a concurrent migration failed")
     with_db(url) { |db| assert_equal [], Ringpool::Schema.migrate(db) }
-    assert_equal [{ "version" => "1" }], postgres.psql("select version from ringpool_schema", dbname: url.split("/").last)
+    assert_equal [{ "version" => "1" }, { "version" => "2" }], postgres.psql("select version from ringpool_schema order by version", dbname: url.split("/").last)
+  end
+
+  # A database made by migration 1 (text exclusion constraint, id, foreign key) with
+  # allocations in it: migration 2 keeps them, and they still block an overlapping allocation.
+  def test_a_version_1_database_migrates_with_its_allocations_and_keeps_the_guarantee
+    url = postgres.create_database("ringpool_v1_#{SecureRandom.hex(4)}")
+    with_db(url) do |db|
+      db.transaction do |conn|
+        conn.exec("create table ringpool_schema (version integer primary key)")
+        conn.exec(Ringpool::Schema::MIGRATIONS.fetch(1))
+        conn.exec("insert into ringpool_schema values (1)")
+      end
+      store = Ringpool::Store.new(db)
+      pool = store.create_pool(name: "old", numbers: numbers(1), overflow_number: "+15559999999", lockout_seconds: 60)
+      old = Ringpool::PoolState.new(pool, store.numbers_with_lockouts([pool.id]).fetch(pool.id)).pick
+      db.query("insert into allocations (ring_pool_id, number, lockout, params) values ($1, $2, tstzrange($3, $4), '{}')",
+               pool.id, old.number, Ringpool::Clock.iso8601(old.locked_from), Ringpool::Clock.iso8601(old.locked_until))
+      assert_equal [2], Ringpool::Schema.migrate(db)
+      again = Ringpool::PoolState.new(pool, [[old.number, 0]]).pick(old.locked_from + 1_000_000)
+      assert_equal [], store.record([[again, "{}"]]), "an allocation made before the migration was overlapped"
+      assert_equal "1", store.report(pool.id)["allocations"]
+    end
   end
 
   # PostgreSQL itself refuses a number twice within overlapping lockouts, whatever the shards
@@ -40,12 +62,12 @@ class RingpoolStoreTest < Minitest::Test
       first = one.pick(now)
       second = two.pick(now + 1_000_000) # a second later, inside the first one's lockout
       assert_equal first.number, second.number
-      assert_equal [first.number], store.record([[first, '{"a":1}']])
+      assert_equal [[first.number, first.locked_from]], store.record([[first, '{"a":1}']])
       assert_equal [], store.record([[second, '{"b":2}']]), "the overlapping allocation was stored"
       # After the first lockout ends, the number may be handed out again.
       later = two.pick(now + 61_000_000)
       later = two.pick(now + 61_000_000) if later.number != first.number
-      assert_equal [first.number], store.record([[later, '{"c":3}']])
+      assert_equal [[first.number, later.locked_from]], store.record([[later, '{"c":3}']])
       count = db.query("select count(*) from allocations where number = $1", first.number).getvalue(0, 0)
       assert_equal "2", count
     end
@@ -62,7 +84,7 @@ class RingpoolStoreTest < Minitest::Test
       state = Ringpool::PoolState.new(pool, rows)
       picks = Array.new(3) { state.pick }
       stored = store.record(picks.map { |pick| [pick, '{"k":"v"}'] })
-      assert_equal picks.map(&:number) - [taken.number], stored.sort
+      assert_equal picks.map(&:number) - [taken.number], stored.map(&:first).sort
       store.add_overflows({ [pool.id, "exhausted"] => 2 })
       store.add_overflows({ [pool.id, "exhausted"] => 1, [pool.id, "shard_unavailable"] => 4, [pool.id + 1, "exhausted"] => 1 })
       report = store.report(pool.id)

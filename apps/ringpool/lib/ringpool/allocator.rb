@@ -2,12 +2,13 @@
 
 require_relative "pool_state"
 require_relative "result"
+require_relative "group_commit"
 
 module Ringpool
   # Hands out numbers from the pools this shard owns, and stores them before answering.
   #
-  # For one request: pick a number per item in memory (O(1) each), store all picks in one
-  # statement, answer. Picks the table refuses (the exclusion constraint: another process
+  # For one request: pick a number per item in memory (O(1) each), store the picks (in one
+  # statement with those of the other requests waiting: GroupCommit), answer. Picks the table refuses (the exclusion constraint: another process
   # handed the number out meanwhile, so this shard's state was wrong) are retried after
   # reloading their pools from the table. When PostgreSQL cannot be reached the picks are undone
   # and the items get the overflow number with reason `storage_unavailable`: a tracked number is
@@ -23,12 +24,19 @@ module Ringpool
     # Seconds an INSERT may go on after its request's deadline passed (see #store).
     LATE_STORE_TIMEOUT = 5
 
+    # INSERTs of one shard at once (GroupCommit). With one, PostgreSQL holds at most one
+    # statement per shard in its queue, so an overloaded database makes the groups bigger rather
+    # than the queue longer; apps/ringpool/bench/pg_cost.rb measured 2 or more within 5% of one's
+    # CPU per allocation.
+    INSERTS_IN_FLIGHT = 1
+
     # One item to allocate: its pool and params (JSON text).
     Item = Struct.new(:pool, :params)
 
     # @param store [Store]
     def initialize(store)
       @store = store
+      @group_commit = GroupCommit.new(store, in_flight: INSERTS_IN_FLIGHT, timeout: LATE_STORE_TIMEOUT)
       @states = {}
     end
 
@@ -109,30 +117,34 @@ module Ringpool
 
     # Stores the picks; fills in the results of those stored or failed.
     #
-    # The INSERT runs in a task of its own that the request's deadline does not reach: when the
-    # deadline passes first, the items are answered with the overflow number at once and the
-    # INSERT is left to finish (within LATE_STORE_TIMEOUT); what it stored stays locked out
-    # (unused: a wasted lockout, never a double allocation), what it did not is undone.
-    # Cancelling it instead would make PostgreSQL throw the work away and cost a cancel
-    # request, and under load that feeds on itself: measured, 50 ms deadlines on a busy machine
-    # cut a shard from ~120 to ~30 requests/s when statements were cancelled.
+    # The INSERT (GroupCommit's, shared with other requests) runs in a task of its own that the
+    # request's deadline does not reach: when the deadline passes first, the items are answered
+    # with the overflow number at once and the INSERT is left to finish (within
+    # LATE_STORE_TIMEOUT); what it stored stays locked out (unused: a wasted lockout, never a
+    # double allocation), what it did not is undone. Cancelling it instead would make
+    # PostgreSQL throw the work away and cost a cancel request, and under load that feeds on
+    # itself: measured, 50 ms deadlines on a busy machine cut a shard from ~120 to ~30
+    # requests/s when statements were cancelled.
     # @return [Array<(Integer, PoolState::Pick)>] the picks the table refused
     def store(items, pending, results)
-      rows = pending.map { |index, chosen| [chosen, items[index].params] }
-      insert = Weft.spawn(detached: true, name: "ringpool insert") { Weft.timeout(LATE_STORE_TIMEOUT) { @store.record(rows) } }
+      commit = @group_commit.submit(pending.map { |index, chosen| [chosen, items[index].params] })
       stored = begin
-        insert.wait
+        commit.wait
       rescue Weft::DeadlineExceeded
-        Weft.spawn(detached: true, name: "ringpool late insert") { settle_late(insert, pending) }
+        Weft.spawn(detached: true, name: "ringpool late insert") { settle_late(commit, pending) }
         return give_up(items, pending, results, undo: false)
       rescue *STORAGE_ERRORS
         return give_up(items, pending, results, undo: true)
       end
-      stored = stored.to_h { |number| [number, true] }
       pending.reject do |index, chosen|
-        next false unless stored[chosen.number]
+        next false unless stored[key(chosen)]
         results[index] = Result.tracked(chosen.state.pool.id, chosen.number, chosen.locked_until)
       end
+    end
+
+    # How Store#record names a stored row.
+    def key(pick)
+      [pick.number, pick.locked_from]
     end
 
     # The items could not be stored in time: the overflow number.
@@ -146,13 +158,13 @@ module Ringpool
     end
 
     # After the request answered without them: undoes the picks the late INSERT did not store.
-    def settle_late(insert, pending)
+    def settle_late(commit, pending)
       stored = begin
-        insert.wait.to_h { |number| [number, true] }
+        commit.wait
       rescue *STORAGE_ERRORS
         {}
       end
-      pending.reverse_each { |_index, chosen| chosen.state.undo(chosen) unless stored[chosen.number] }
+      pending.reverse_each { |_index, chosen| chosen.state.undo(chosen) unless stored[key(chosen)] }
     end
 
     # Rebuilds pools' states from the table (it holds allocations this state lacked). A pool

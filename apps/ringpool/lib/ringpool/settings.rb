@@ -19,6 +19,11 @@ module Ringpool
   #   RINGPOOL_BREAKER_OPEN_FOR      seconds a peer's breaker stays open (default 5)
   #   RINGPOOL_BREAKER_RAMP_FOR      seconds its ramp back to all traffic takes (default 6)
   #   RINGPOOL_BREAKER_MINIMUM_CALLS calls judged before it may open (default 20)
+  #   RINGPOOL_BREAKER_WINDOW        seconds of calls it judges (default 3): it opens when more
+  #                                  than half of them failed, so a burst of late calls shorter
+  #                                  than half the window (a busy machine's stall) does not open
+  #                                  it; a window of the last 100 calls did, at 200 requests/s
+  #                                  (bench/results/ringpool-notes.md)
   class Settings
     # @return [String]
     attr_reader :database_url
@@ -30,7 +35,8 @@ module Ringpool
     attr_reader :ownership_interval
     # @return [Integer]
     attr_reader :db_pool_size
-    # @return [Hash] options for each peer's Weft::CircuitBreaker (open_for:, ramp_for:, minimum_calls:)
+    # @return [Hash] options for each peer's Weft::CircuitBreaker (open_for:, ramp_for:, minimum_calls:,
+    #   window_seconds:)
     attr_reader :breaker
     # @return [(String, Integer), nil] host and first port for peers over TCP
     attr_reader :peer_address
@@ -49,7 +55,8 @@ module Ringpool
           open_for: number(env, "RINGPOOL_BREAKER_OPEN_FOR", 5),
           ramp_for: number(env, "RINGPOOL_BREAKER_RAMP_FOR", 6),
           minimum_calls: Integer(env.fetch("RINGPOOL_BREAKER_MINIMUM_CALLS", "20"), exception: false) ||
-            raise(ArgumentError, "RINGPOOL_BREAKER_MINIMUM_CALLS must be an integer")
+            raise(ArgumentError, "RINGPOOL_BREAKER_MINIMUM_CALLS must be an integer"),
+          window_seconds: number(env, "RINGPOOL_BREAKER_WINDOW", 3)
         }
       )
     end

@@ -86,24 +86,25 @@ module Ringpool
       states
     end
 
-    # Stores the allocations of one request in one statement. A row that the exclusion
-    # constraint refuses — its number is already held for an overlapping lockout — is skipped,
-    # not an error: the caller learns which from the result.
+    # Stores allocations in one statement (GroupCommit gathers them across requests). A row that
+    # the exclusion constraint refuses — its number is already held for an overlapping lockout —
+    # is skipped, not an error: the caller learns which from the result.
     # @param picks [Array<(PoolState::Pick, String)>] each pick with its params as JSON text
-    # @return [Array<String>] the numbers stored
+    # @return [Array<(String, Integer)>] the rows stored: number and lockout start (microseconds),
+    #   which tell apart two picks of one number in one statement
     def record(picks)
       rows = picks.map do |pick, params|
         "{\"ring_pool_id\":#{pick.state.pool.id},\"number\":#{JSON.generate(pick.number)}," \
           "\"from_at\":\"#{Clock.iso8601(pick.locked_from)}\",\"until_at\":\"#{Clock.iso8601(pick.locked_until)}\"," \
           "\"params\":#{params}}"
       end
-      @db.query(<<~SQL, "[#{rows.join(',')}]").column_values(0)
+      @db.query(<<~SQL, "[#{rows.join(',')}]").values.map { |number, from| [number, Integer(from)] }
         insert into allocations (ring_pool_id, number, lockout, params)
         select a.ring_pool_id, a.number, tstzrange(a.from_at, a.until_at), a.params
           from jsonb_to_recordset($1::jsonb)
             as a(ring_pool_id integer, number text, from_at timestamptz, until_at timestamptz, params jsonb)
         on conflict do nothing
-        returning number
+        returning number, (extract(epoch from lower(lockout)) * 1000000)::bigint
       SQL
     end
 
@@ -129,11 +130,15 @@ module Ringpool
     # @param at [Integer] microseconds since the epoch
     # @return [Hash, nil] ring_pool, params (JSON text), locked_from, locked_until (microseconds)
     def attribution(number, at)
+      # A number's lockouts never overlap, so the only candidate is the first to end after the
+      # instant: one step down the (number, upper(lockout)) index, however long the history.
       row = @db.query(<<~SQL, number, Clock.iso8601(at)).first
         select ring_pool_id, params::text as params,
                (extract(epoch from lower(lockout)) * 1000000)::bigint as locked_from,
                (extract(epoch from upper(lockout)) * 1000000)::bigint as locked_until
-          from allocations where number = $1 and lockout @> $2::timestamptz
+          from (select * from allocations where number = $1 and upper(lockout) > $2::timestamptz
+                 order by upper(lockout) limit 1) a
+         where lockout @> $2::timestamptz
       SQL
       row && { ring_pool: Integer(row["ring_pool_id"]), params: row["params"],
                locked_from: Integer(row["locked_from"]), locked_until: Integer(row["locked_until"]) }
@@ -144,7 +149,8 @@ module Ringpool
     def report(id)
       row = @db.query(<<~SQL, id).first
         select p.id, p.name, p.overflow_number, p.lockout_seconds, p.created_at,
-               (select count(*) from allocations a where a.ring_pool_id = p.id) as allocations,
+               (select count(*) from numbers n join allocations a on a.number = n.number
+                 where n.ring_pool_id = p.id) as allocations,
                (select coalesce(jsonb_object_agg(o.reason, o.count), '{}') from overflow_counts o
                  where o.ring_pool_id = p.id)::text as overflows
           from ring_pools p where p.id = $1
