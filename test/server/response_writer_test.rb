@@ -12,17 +12,15 @@ class ServerResponseWriterTest < Minitest::Test
 
   # Collects what the writer sends.
   class Recorder
-    Server = Struct.new(:stopping) do
-      def stopping?
-        stopping
-      end
-    end
-
-    attr_reader :bytes, :server
+    attr_reader :bytes
 
     def initialize(stopping: false)
       @bytes = +"".b
-      @server = Server.new(stopping)
+      @stopping = stopping
+    end
+
+    def server_stopping?
+      @stopping
     end
 
     def write(data)

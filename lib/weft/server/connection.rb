@@ -15,6 +15,9 @@ module Weft
     #
     # A Connection runs in at most one task at a time: the task that reads and answers requests
     # until none is buffered, then ends after parking the connection.
+    #
+    # It knows its server only as a ConnectionHost (settings, the Rack adapter, parking, the
+    # graceful stop, statistics): that class lists the whole interface.
     class Connection
       # The client went away or broke the connection (EOF, reset, broken pipe).
       class ClientGone < StandardError
@@ -32,8 +35,6 @@ module Weft
       attr_reader :remote_addr
       # @return [Integer] requests answered on this connection
       attr_reader :requests
-      # @return [Server]
-      attr_reader :server
       # @return [Listener]
       attr_reader :listener
       # @return [Float] when (Timers.now) the connection last became idle: accepted, or its last
@@ -42,18 +43,20 @@ module Weft
       # @return [Hash, nil] the env of the request being answered, for the StallDetector
       attr_reader :env
 
-      # @param server [Server]
+      # @param host [ConnectionHost] everything of the server this connection uses
       # @param socket [Socket] the accepted socket
       # @param listener [Listener] where it was accepted
-      def initialize(server, socket, listener)
-        @server = server
+      def initialize(host, socket, listener)
+        @host = host
         @socket = socket
         @io = socket # becomes the SSLSocket after an SSL handshake
         @listener = listener
         @remote_addr = listener.remote_addr(socket)
         @buffer = String.new(encoding: Encoding::BINARY)
-        @parser = server.new_parser
-        @settings = server.connection_settings
+        @settings = host.settings
+        @parser = HTTP1::RequestParser.new(max_request_line: @settings.max_request_line,
+                                           max_header_bytes: @settings.max_header_bytes,
+                                           max_headers: @settings.max_headers)
         @requests = 0
         @closed = false
         @detached = false
@@ -99,7 +102,7 @@ module Weft
       # once. Must not block.
       def idle_expired
         if @head_deadline
-          @server.statistics.client_error!
+          @host.statistics.client_error!
           @io.write_nonblock(ResponseWriter.error_response(408, "request head not received in time"), exception: false)
         end
       rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
@@ -131,20 +134,26 @@ module Weft
         rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
           nil
         end
-        @server.connection_closed(self)
+        @host.forget(self)
       end
 
       # Hands the socket to the application (full hijack): the server forgets it.
       # @return [IO]
       def hijack
         @detached = true
-        @server.connection_detached(self)
+        @host.forget(self)
         @io
       end
 
       # @return [Boolean] whether the app took the socket (hijack or streaming body)
       def detached?
         @detached
+      end
+
+      # @return [Boolean] whether the server is stopping: a response head written now says
+      #   `connection: close` (see ResponseWriter)
+      def server_stopping?
+        @host.stopping?
       end
 
       # @api private: bytes received beyond the current request (for a hijacked stream).
@@ -160,7 +169,7 @@ module Weft
       # The bytes pass through the server's scratch buffer, so a read allocates no string.
       # @raise [ClientTimeout, ClientGone]
       def read_some(into, timeout)
-        scratch = @server.read_buffer
+        scratch = @host.read_buffer
         read_into(scratch, timeout)
         into << scratch # before this fiber can yield, so no other connection overwrites scratch
       end
@@ -229,7 +238,7 @@ module Weft
       rescue Exception => e # rubocop:disable Lint/RescueException
         close
         raise if e.is_a?(Cancelled) || !e.is_a?(StandardError)
-        @server.log_error("connection #{@remote_addr}", e)
+        @host.log_error("connection #{@remote_addr}", e)
       ensure
         Thread.current[StallDetector::REQUEST] = nil
       end
@@ -256,12 +265,12 @@ module Weft
       def read_available(park_timeout, speculative: true)
         return true unless @buffer.empty?
         return true if (speculative || !@io.equal?(@socket)) && fill_now
-        return drain if @server.stopping?
+        return drain if @host.stopping?
         linger = @settings.linger
         return true if linger&.positive? && @requests > 1 && @socket.wait_readable(linger) && fill_now
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
-        return drain if @server.stopping? # the stop began while this connection lingered
-        @server.park(self, park_timeout)
+        return drain if @host.stopping? # the stop began while this connection lingered
+        @host.park(self, park_timeout)
         false
       end
 
@@ -273,7 +282,7 @@ module Weft
       # answered with `connection: close`), then closes: a client quiet for that long is idle.
       # @return [Boolean] whether a request arrived
       def drain
-        remaining = @server.drain_remaining(self)
+        remaining = @host.drain_remaining(self)
         @socket.wait_readable(remaining) if remaining.positive?
         return true if fill_now
         close
@@ -282,7 +291,7 @@ module Weft
 
       # @return [Boolean] whether bytes arrived; raises ClientGone at EOF
       def fill_now
-        scratch = @server.read_buffer
+        scratch = @host.read_buffer
         case @io.read_nonblock(READ_SIZE, scratch, exception: false)
         when String
           @buffer << scratch
@@ -307,7 +316,7 @@ module Weft
         end
         env[RACK_INPUT] = input
         @env = env
-        @server.call_app(self, env, keep_alive)
+        @host.rack.call(self, env, keep_alive)
       ensure
         @env = nil
       end
@@ -321,16 +330,16 @@ module Weft
       # @return [Hash, false, :parked] the env with the head parsed, false after answering an
       #   error, :parked
       def read_head
-        env = @server.new_env(self)
+        env = @host.rack.new_env(self)
         until (length = @parser.parse(@buffer, env))
           @head_deadline ||= Timers.now + @settings.header_timeout
           remaining = @head_deadline - Timers.now
           raise ClientTimeout, "request head not complete" if remaining <= 0
           next if fill_now
-          if @server.stopping?
+          if @host.stopping?
             read_some(@buffer, remaining)
           else
-            @server.park(self, remaining)
+            @host.park(self, remaining)
             return :parked
           end
         end
@@ -343,7 +352,7 @@ module Weft
         end
         env
       rescue HTTP1::ParseError => e
-        @server.statistics.parse_error!
+        @host.statistics.parse_error!
         answer_error(e.status, e.message)
         false
       rescue ClientTimeout
@@ -354,12 +363,12 @@ module Weft
 
       # @return [IO, nil] rack.input, or nil after answering an error
       def read_body(env)
-        RequestBody.read(self, @parser, @buffer, @server.config) { write(CONTINUE) }
+        RequestBody.read(self, @parser, @buffer, @settings) { write(CONTINUE) }
       rescue RequestBody::TooLarge => e
         answer_error(413, e.message)
         nil
       rescue HTTP1::ParseError => e
-        @server.statistics.parse_error!
+        @host.statistics.parse_error!
         answer_error(e.status, e.message)
         nil
       rescue ClientTimeout
@@ -369,7 +378,7 @@ module Weft
 
       # Sends a short error response and marks the connection for closing.
       def answer_error(status, message)
-        @server.statistics.client_error!
+        @host.statistics.client_error!
         ResponseWriter.write_error(self, status, message)
       rescue ClientGone, ClientTimeout
         nil
