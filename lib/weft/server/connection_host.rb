@@ -21,7 +21,8 @@ module Weft
     #   forget                            closed, or taken by the app (hijack)
     #
     # The Server uses the rest: #admit, #full?, #reclaim_idle and #wait_for_room (the accept
-    # loop at max_connections), and the stop (#begin_stop, #busy?, #cancel_tasks, #close_all).
+    # loop at max_connections, or out of file descriptors), and the stop (#begin_stop, #busy?,
+    # #cancel_tasks, #close_all).
     #
     #   host = ConnectionHost.new(config, rack: rack, statistics: statistics, error_log: error_log)
     #   host.admit(socket, listener) # serves it in a task of its own
