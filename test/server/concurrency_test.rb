@@ -193,18 +193,25 @@ class ServerGracefulStopTest < Minitest::Test
       end
       [200, {}, ["done"]]
     end
-    with_server(app, max_connections: 1) do |server, port|
-      busy = connect(port)
-      busy.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-      started.pop
-      queued = Array.new(3) { connect(port).tap { |socket| socket.write(REQUEST) } }
-      refute queued.first.wait_readable(0.1), "served beyond max_connections"
-      server.stop
-      assert_equal "close", read_response(busy)["connection"]
-      queued.each do |socket|
-        response = read_response(socket)
-        assert_equal ["done", "close"], [response.body, response["connection"]]
+    stopped = nil
+    log = capture_log do
+      with_server(app, max_connections: 1) do |server, port|
+        stopped = server
+        busy = connect(port)
+        busy.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        started.pop
+        queued = Array.new(3) { connect(port).tap { |socket| socket.write(REQUEST) } }
+        refute queued.first.wait_readable(0.1), "served beyond max_connections"
+        server.stop
+        assert_equal "close", read_response(busy)["connection"]
+        queued.each do |socket|
+          response = read_response(socket)
+          assert_equal ["done", "close"], [response.body, response["connection"]]
+        end
       end
     end
+    # Admitted past the limit, they still give back no more permits than were taken.
+    assert_equal 0, stopped.open_connections
+    refute_match(/ERROR/, log)
   end
 end

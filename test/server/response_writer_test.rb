@@ -12,20 +12,16 @@ class ServerResponseWriterTest < Minitest::Test
 
   # Collects what the writer sends.
   class Recorder
-    Server = Struct.new(:stopping) do
-      def stopping?
-        stopping
-      end
-    end
-
     # The server's own date line, which the clock may move between the two writes compared.
     SERVER_DATE = /^date: \w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT\r\n/.freeze
 
-    attr_reader :server
-
     def initialize(stopping: false)
       @bytes = +"".b
-      @server = Server.new(stopping)
+      @stopping = stopping
+    end
+
+    def server_stopping?
+      @stopping
     end
 
     def write(data)

@@ -16,6 +16,9 @@ module Weft
     #
     # A Connection runs in at most one task at a time: the task that reads and answers requests
     # until none is buffered, then ends after parking the connection.
+    #
+    # It knows its server only as a ConnectionHost (settings, the Rack adapter, parking, the
+    # graceful stop, statistics): that class lists the whole interface.
     class Connection
       # The client went away or broke the connection (EOF, reset, broken pipe): the stream's
       # Weft::ConnectionLost under the server's name.
@@ -31,8 +34,6 @@ module Weft
       attr_reader :remote_addr
       # @return [Integer] requests answered on this connection
       attr_reader :requests
-      # @return [Server]
-      attr_reader :server
       # @return [Listener]
       attr_reader :listener
       # @return [Float] when (Timers.now) the connection last became idle: accepted, or its last
@@ -41,18 +42,20 @@ module Weft
       # @return [Hash, nil] the env of the request being answered, for the StallDetector
       attr_reader :env
 
-      # @param server [Server]
+      # @param host [ConnectionHost] everything of the server this connection uses
       # @param socket [Socket] the accepted socket
       # @param listener [Listener] where it was accepted
-      def initialize(server, socket, listener)
-        @server = server
+      def initialize(host, socket, listener)
+        @host = host
         @socket = socket
         # Reads land in the server's one scratch buffer, so an idle connection holds none.
-        @stream = Weft::Stream.new(socket, read_size: READ_SIZE, scratch: server.read_buffer)
+        @stream = Weft::Stream.new(socket, read_size: READ_SIZE, scratch: host.read_buffer)
         @listener = listener
         @remote_addr = listener.remote_addr(socket)
-        @parser = server.new_parser
-        @settings = server.connection_settings
+        @settings = host.settings
+        @parser = HTTP1::RequestParser.new(max_request_line: @settings.max_request_line,
+                                           max_header_bytes: @settings.max_header_bytes,
+                                           max_headers: @settings.max_headers)
         @requests = 0
         @closed = false
         @detached = false
@@ -98,7 +101,7 @@ module Weft
       # once. Must not block.
       def idle_expired
         if @head_deadline
-          @server.statistics.client_error!
+          @host.statistics.client_error!
           @stream.io.write_nonblock(ResponseWriter.error_response(408, "request head not received in time"), exception: false)
         end
       rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
@@ -121,20 +124,26 @@ module Weft
         return if @closed
         @closed = true
         @stream.close
-        @server.connection_closed(self)
+        @host.forget(self)
       end
 
       # Hands the socket to the application (full hijack): the server forgets it.
       # @return [IO]
       def hijack
         @detached = true
-        @server.connection_detached(self)
+        @host.forget(self)
         @stream.io
       end
 
       # @return [Boolean] whether the app took the socket (hijack or streaming body)
       def detached?
         @detached
+      end
+
+      # @return [Boolean] whether the server is stopping: a response head written now says
+      #   `connection: close` (see ResponseWriter)
+      def server_stopping?
+        @host.stopping?
       end
 
       # @api private: bytes received beyond the current request (for a hijacked stream).
@@ -188,7 +197,7 @@ module Weft
       rescue Exception => e # rubocop:disable Lint/RescueException
         close
         raise if e.is_a?(Cancelled) || !e.is_a?(StandardError)
-        @server.log_error("connection #{@remote_addr}", e)
+        @host.log_error("connection #{@remote_addr}", e)
       ensure
         Thread.current[StallDetector::REQUEST] = nil
       end
@@ -215,12 +224,12 @@ module Weft
       def read_available(park_timeout, speculative: true)
         return true unless @stream.buffer.empty?
         return true if (speculative || @stream.tls?) && fill_now
-        return drain if @server.stopping?
+        return drain if @host.stopping?
         linger = @settings.linger
         return true if linger&.positive? && @requests > 1 && @socket.wait_readable(linger) && fill_now
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
-        return drain if @server.stopping? # the stop began while this connection lingered
-        @server.park(self, park_timeout)
+        return drain if @host.stopping? # the stop began while this connection lingered
+        @host.park(self, park_timeout)
         false
       end
 
@@ -232,7 +241,7 @@ module Weft
       # answered with `connection: close`), then closes: a client quiet for that long is idle.
       # @return [Boolean] whether a request arrived
       def drain
-        remaining = @server.drain_remaining(self)
+        remaining = @host.drain_remaining(self)
         @socket.wait_readable(remaining) if remaining.positive?
         return true if fill_now
         close
@@ -259,7 +268,7 @@ module Weft
         end
         env[RACK_INPUT] = input
         @env = env
-        @server.call_app(self, env, keep_alive)
+        @host.rack.call(self, env, keep_alive)
       ensure
         @env = nil
       end
@@ -273,16 +282,16 @@ module Weft
       # @return [Hash, false, :parked] the env with the head parsed, false after answering an
       #   error, :parked
       def read_head
-        env = @server.new_env(self)
+        env = @host.rack.new_env(self)
         until (length = @parser.parse(@stream.buffer, env))
           @head_deadline ||= Timers.now + @settings.header_timeout
           remaining = @head_deadline - Timers.now
           raise ClientTimeout, "request head not complete" if remaining <= 0
           next if fill_now
-          if @server.stopping?
+          if @host.stopping?
             fill(remaining)
           else
-            @server.park(self, remaining)
+            @host.park(self, remaining)
             return :parked
           end
         end
@@ -290,7 +299,7 @@ module Weft
         @stream.consume(length) # the env holds copies
         env
       rescue HTTP1::ParseError => e
-        @server.statistics.parse_error!
+        @host.statistics.parse_error!
         answer_error(e.status, e.message)
         false
       rescue ClientTimeout
@@ -301,12 +310,12 @@ module Weft
 
       # @return [IO, nil] rack.input, or nil after answering an error
       def read_body(env)
-        RequestBody.read(self, @parser, @stream.buffer, @server.config) { write(CONTINUE) }
+        RequestBody.read(self, @parser, @stream.buffer, @settings) { write(CONTINUE) }
       rescue RequestBody::TooLarge => e
         answer_error(413, e.message)
         nil
       rescue HTTP1::ParseError => e
-        @server.statistics.parse_error!
+        @host.statistics.parse_error!
         answer_error(e.status, e.message)
         nil
       rescue ClientTimeout
@@ -316,7 +325,7 @@ module Weft
 
       # Sends a short error response and marks the connection for closing.
       def answer_error(status, message)
-        @server.statistics.client_error!
+        @host.statistics.client_error!
         ResponseWriter.write_error(self, status, message)
       rescue ClientGone, ClientTimeout
         nil

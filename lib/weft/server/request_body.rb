@@ -26,37 +26,38 @@ module Weft
       # @param parser [HTTP1::RequestParser] the parsed head
       # @param buffer [String] the connection's buffer: bytes after the head; the body's bytes
       #   are removed from it
+      # @param settings [ConnectionSettings] max_body_bytes, spool_threshold, body_timeout
       # @yield when the client waits for 100 Continue and the body must be read
       # @return [EmptyInput, StringIO, Tempfile]
-      def read(connection, parser, buffer, config)
+      def read(connection, parser, buffer, settings)
         length = parser.content_length
         chunked = parser.chunked?
         return EmptyInput::INSTANCE if !chunked && (length.nil? || length.zero?)
 
-        limit = config[:max_body_bytes]
+        limit = settings.max_body_bytes
         raise TooLarge, "body of #{length} bytes is over the limit of #{limit}" if length && length > limit
         yield if parser.expect_continue? && buffer.empty?
 
         if chunked
-          read_chunked(connection, buffer, config, limit)
+          read_chunked(connection, buffer, settings, limit)
         else
-          read_length(connection, buffer, config, length)
+          read_length(connection, buffer, settings, length)
         end
       end
 
-      def read_length(connection, buffer, config, length)
+      def read_length(connection, buffer, settings, length)
         if buffer.bytesize >= length
           body = buffer.byteslice(0, length)
           buffer.replace(buffer.byteslice(length, buffer.bytesize - length))
           return StringIO.new(body)
         end
 
-        sink = Sink.new(config[:spool_threshold])
+        sink = Sink.new(settings.spool_threshold)
         sink << buffer
         buffer.clear
         # One buffer for the whole body, not a string per read (see Connection#read_into).
         chunk = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
-        timeout = config[:body_timeout]
+        timeout = settings.body_timeout
         while sink.size < length
           connection.read_into(chunk, timeout)
           missing = length - sink.size
@@ -71,11 +72,11 @@ module Weft
 
       # The decoder refuses (413) a chunk that would take the body past the limit as soon as
       # its size line arrives, so a client announcing a huge chunk is not read from at all.
-      def read_chunked(connection, buffer, config, limit)
+      def read_chunked(connection, buffer, settings, limit)
         decoder = HTTP1::ChunkedDecoder.new(max_body_size: limit)
-        sink = Sink.new(config[:spool_threshold])
+        sink = Sink.new(settings.spool_threshold)
         decoded = String.new(encoding: Encoding::BINARY)
-        timeout = config[:body_timeout]
+        timeout = settings.body_timeout
         loop do
           done = decoder.decode(buffer, decoded)
           sink << decoded

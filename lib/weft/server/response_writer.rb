@@ -54,7 +54,7 @@ module Weft
         # (test/server/response_writer_test.rb compares them).
         if status.is_a?(Integer) && status >= 200 && status <= 999 && status != 204 && status != 304 &&
            env["REQUEST_METHOD"] != "HEAD"
-          keep_alive = false if connection.server.stopping?
+          keep_alive = false if connection.server_stopping?
           connection_line = keep_alive ? (CONNECTION_KEEP_ALIVE if env["SERVER_PROTOCOL"] == "HTTP/1.0") : CONNECTION_CLOSE
           response = HTTP1.simple_response(STATUS_LINES[status], headers, body, connection_line, Server.date_line)
           if response
@@ -147,7 +147,7 @@ module Weft
         keep_alive = false if !bodyless && length.nil? && http10 && !head_request
         # Settled now, as the head is written, not when the request arrived: a server that began
         # stopping meanwhile must say so, since it closes the connection after this response.
-        keep_alive = false if connection.server.stopping?
+        keep_alive = false if connection.server_stopping?
         head << CHUNKED if chunked
 
         if !keep_alive

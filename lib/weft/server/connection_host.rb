@@ -1,0 +1,201 @@
+# frozen_string_literal: true
+
+require_relative "../semaphore"
+require_relative "connection_settings"
+require_relative "idle_pool"
+require_relative "connection"
+
+module Weft
+  class Server
+    # The server as its client connections see it, and the registry of those connections:
+    # which are open, which tasks are serving them, and how many more may be admitted.
+    #
+    # A Connection holds this object, not the Server. What it may use is this interface, and
+    # nothing else of the server:
+    #
+    #   settings, read_buffer             ConnectionSettings; the scratch buffer socket reads go through
+    #   rack                              the RackAdapter a request goes through (#new_env, #call)
+    #   statistics, log_error             counting client and parse errors; logging unexpected ones
+    #   stopping?, drain_remaining        the graceful stop
+    #   park                              between requests: into the IdlePool, with no fiber
+    #   forget                            closed, or taken by the app (hijack)
+    #
+    # The Server uses the rest: #admit, #full?, #reclaim_idle and #wait_for_room (the accept
+    # loop at max_connections, or out of file descriptors), and the stop (#begin_stop, #busy?,
+    # #cancel_tasks, #close_all).
+    #
+    #   host = ConnectionHost.new(config, rack: rack, statistics: statistics, error_log: error_log)
+    #   host.admit(socket, listener) # serves it in a task of its own
+    class ConnectionHost
+      # @return [ConnectionSettings]
+      attr_reader :settings
+      # @return [String] the scratch buffer connections read sockets into. One per reactor is
+      #   enough: the bytes are copied out before the reading fiber can yield.
+      attr_reader :read_buffer
+      # @return [RackAdapter]
+      attr_reader :rack
+      # @return [Statistics]
+      attr_reader :statistics
+      # @return [IdlePool] where connections wait between requests
+      attr_reader :idle_pool
+
+      # @param config [Config] read for the connection settings, max_connections and drain_grace
+      # @param rack [RackAdapter]
+      # @param statistics [Statistics]
+      # @param error_log [ErrorLog]
+      def initialize(config, rack:, statistics:, error_log:)
+        @settings = ConnectionSettings.from(config)
+        @read_buffer = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
+        @rack = rack
+        @statistics = statistics
+        @error_log = error_log
+        @idle_pool = IdlePool.new { |connection| serve(connection, :resume) }
+        @drain_grace = config[:drain_grace]
+        # A permit per open connection, held from #admit to #forget. Past the limit (only the
+        # connections the stop takes off the backlog, see #admit) the count stays at the limit:
+        # permits held = min(open connections, max_connections).
+        @capacity = Semaphore.new(config[:max_connections])
+        @connections = {}.compare_by_identity
+        @tasks = {}.compare_by_identity
+        @stopping = false
+        @shutdown_deadline = nil
+      end
+
+      # --- For connections ----------------------------------------------------------------
+
+      # @return [Boolean] whether a graceful stop is under way (connections close after their
+      #   current request)
+      def stopping?
+        @stopping
+      end
+
+      # @param connection [Connection]
+      # @return [Float] seconds left, during a graceful stop, for a connection between requests
+      #   to send one more (see Connection#drain): `drain_grace` from when it became idle,
+      #   within the shutdown timeout
+      def drain_remaining(connection)
+        return 0.0 unless @shutdown_deadline
+        remaining = [connection.idle_since + @drain_grace, @shutdown_deadline].min - Timers.now
+        remaining.positive? ? remaining : 0.0
+      end
+
+      # Parks a connection between requests in the IdlePool (no fiber) until its socket is
+      # readable or `timeout` passes. A parked connection can be closed to admit a new client at
+      # max_connections: if the accept loop waits for room (#wait_for_room), the oldest idle one
+      # is reclaimed now (unless a permit came free meanwhile: the waiter has room already).
+      # @param connection [Connection]
+      # @param timeout [Numeric] seconds
+      def park(connection, timeout)
+        @idle_pool.park(connection, timeout)
+        reclaim_idle if @capacity.waiting.positive? && full?
+      end
+
+      # The connection is closed, or the app took its socket (hijack): it no longer counts.
+      # Idempotent.
+      # @param connection [Connection]
+      def forget(connection)
+        return unless @connections.delete(connection)
+        @capacity.release if @connections.size < @capacity.limit
+      end
+
+      # Logs an error with its backtrace; repeats of it are counted and summed up in one line
+      # every error_summary_interval (see ErrorLog).
+      # @param context [String] what was being done, e.g. "connection 10.0.0.1"
+      # @param error [Exception]
+      def log_error(context, error)
+        @error_log.report(context, error)
+      end
+
+      # --- For the server -----------------------------------------------------------------
+
+      # @return [Integer] open connections (parked or busy)
+      def size
+        @connections.size
+      end
+
+      # @return [Boolean] whether max_connections are open
+      def full?
+        @capacity.blocking?
+      end
+
+      # Registers a newly accepted socket and starts serving it in a task of its own. The
+      # accept loop admits only while not #full?; the stop admits what is left in the backlog
+      # past the limit too (each is answered once, then closed).
+      # @param socket [Socket]
+      # @param listener [Listener] where it was accepted
+      def admit(socket, listener)
+        @statistics.accepted!
+        @capacity.acquire unless full? # never waits: nothing yields between the check and this
+        connection = Connection.new(self, socket, listener)
+        @connections[connection] = true
+        serve(connection, :start)
+      end
+
+      # Closes the connection parked the longest (see IdlePool#reclaim_oldest), to admit a new
+      # one.
+      # @return [Boolean] whether one was closed
+      def reclaim_idle
+        return false unless @idle_pool.reclaim_oldest
+        @statistics.reclaimed!
+        true
+      end
+
+      # Waits until a connection closes (a permit comes free), or parks and is reclaimed for
+      # this waiter (#park). The permit is given back at once: #admit takes it for the client.
+      def wait_for_room
+        @capacity.acquire
+        @capacity.release
+      end
+
+      # Starts the graceful stop: connections close after their current request, and one
+      # between requests may send one more within its drain grace (#drain_remaining).
+      # @param deadline [Float] Timers.now by which everything must be done
+      def begin_stop(deadline)
+        @shutdown_deadline = deadline
+        @stopping = true
+      end
+
+      # @return [Boolean] whether a task is serving a connection
+      def busy?
+        !@tasks.empty?
+      end
+
+      # Cancels the tasks still serving connections (the shutdown timeout passed).
+      # @return [Integer] how many were cancelled
+      def cancel_tasks
+        count = @tasks.size
+        @tasks.each_key(&:cancel)
+        count
+      end
+
+      # Closes every open connection.
+      def close_all
+        @connections.keys.each(&:close)
+      end
+
+      # @api private: serves a connection in the current task (see #serve), registered so that
+      # the stop can wait for it or cancel it.
+      def run(connection, method)
+        task = Task.current
+        @tasks[task] = true
+        begin
+          connection.public_send(method)
+        ensure
+          @tasks.delete(task)
+        end
+      end
+
+      private
+
+      # Starts a task for a connection (method :start for a new one, :resume for one the
+      # IdlePool hands back). It is not a child of the accepting task, so that cancelling the
+      # accept loop at shutdown leaves in-flight requests to finish.
+      def serve(connection, method)
+        Weft.spawn(self, connection, method, name: "weft connection", detached: true, &SERVE)
+      end
+
+      SERVE = ->(host, connection, method) { host.run(connection, method) }
+      private_constant :SERVE
+    end
+  end
+end
