@@ -163,8 +163,22 @@ module ActiveRecord
       end
     end
 
-    register "weft_postgresql", "ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter",
-             "active_record/connection_adapters/weft_postgresql_adapter"
+    if respond_to?(:register) # Rails 7.2 and later: an adapter registry
+      register "weft_postgresql", "ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter",
+               "active_record/connection_adapters/weft_postgresql_adapter"
+    end
+  end
+
+  unless ConnectionAdapters.respond_to?(:register)
+    # Rails 7.1 has no adapter registry: it requires active_record/connection_adapters/
+    # <adapter>_adapter and calls the ActiveRecord::Base method named after the adapter.
+    module ConnectionHandling
+      # @param config [Hash] the database configuration
+      # @return [ConnectionAdapters::WeftPostgreSQLAdapter]
+      def weft_postgresql_connection(config)
+        ConnectionAdapters::WeftPostgreSQLAdapter.new(config)
+      end
+    end
   end
 end
 

@@ -13,12 +13,12 @@ class WeftProbe < ActiveRecord::Base
   self.table_name = "weft_probes"
 end
 
-ActiveRecord::Base.with_connection do |conn|
+ActiveRecord::Base.connection_pool.with_connection do |conn|
   conn.create_table(:weft_probes, if_not_exists: true) { |t| t.string :name }
 end
 
 run lambda { |env|
-  body = ActiveRecord::Base.with_connection do |conn|
+  body = ActiveRecord::Base.connection_pool.with_connection do |conn|
     case env["PATH_INFO"]
     when "/sleep" then "slept #{conn.select_value('select pg_sleep(0.5)::text')}"
     when "/probe"
