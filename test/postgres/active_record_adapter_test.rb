@@ -5,7 +5,8 @@ require "open3"
 require "rbconfig"
 require "active_record/connection_adapters/weft_postgresql_adapter"
 
-# `adapter: weft_postgresql` (ActiveRecord 7.2 on Ruby 3.1, 8.1 on 3.3) against the throwaway cluster, under Weft's
+# `adapter: weft_postgresql` (ActiveRecord 7.2 on Ruby 3.1, 8.1 on 3.3; 7.1 in bin/test's Rails 7.1
+# step, gemfiles/rails71.gemfile) against the throwaway cluster, under Weft's
 # reactor: many fibers on few PostgreSQL connections, each fiber's transactions its own.
 class PostgresActiveRecordAdapterTest < Minitest::Test
   DATABASE = "weft_ar_adapter"
@@ -150,7 +151,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   end
 
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
-  # own pool holds `lease_limit:` adapters (1000 by default), on 7.2 and 8.1 alike.
+  # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool
     assert_equal 1000, ActiveRecord::Base.connection_pool.size
     assert_equal 5, shared_pool.statistics[:limit]

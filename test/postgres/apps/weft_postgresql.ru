@@ -27,7 +27,7 @@ run lambda { |env|
     when "/backends"
       conn.select_value("select count(*) from pg_stat_activity where application_name = 'weft' " \
                         "and datname = current_database()").to_s
-    else "adapter #{conn.adapter_name} #{ActiveRecord::Base.connection_db_config.adapter}"
+    else "adapter #{conn.adapter_name} #{ActiveRecord::Base.connection_db_config.adapter} #{ActiveRecord.version}"
     end
   end
   [200, { "content-type" => "text/plain" }, [body]]
