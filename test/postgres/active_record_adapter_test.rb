@@ -29,7 +29,8 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
         t.string :tag
         t.bigint :xid, default: -> { "txid_current()" }
       end
-      # Inside the block: on Rails 7.1 it checks out an adapter for this fiber and keeps it.
+      # Inside the block: on Rails 7.1 it takes the fiber's adapter (Model.connection) and would
+      # keep it past the block.
       Entry.reset_column_information
     end
   end
@@ -261,7 +262,8 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   end
 
   def shared_pool
-    ActiveRecord::Base.connection_pool.with_connection { |conn| conn.tap(&:verify!).instance_variable_get(:@raw_connection) } # connected
+    ActiveRecord::Base.connection_pool
+                      .with_connection { |conn| conn.tap(&:verify!).instance_variable_get(:@raw_connection) } # connected
                       .instance_variable_get(:@database).pool
   end
 
