@@ -5,7 +5,8 @@ require "open3"
 require "rbconfig"
 require "active_record/connection_adapters/weft_postgresql_adapter"
 
-# `adapter: weft_postgresql` (ActiveRecord 7.2 on Ruby 3.1, 8.1 on 3.3) against the throwaway cluster, under Weft's
+# `adapter: weft_postgresql` (ActiveRecord 7.2 on Ruby 3.1, 8.1 on 3.3; 7.1 in bin/test's Rails 7.1
+# step, gemfiles/rails71.gemfile) against the throwaway cluster, under Weft's
 # reactor: many fibers on few PostgreSQL connections, each fiber's transactions its own.
 class PostgresActiveRecordAdapterTest < Minitest::Test
   DATABASE = "weft_ar_adapter"
@@ -22,14 +23,16 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
     postgres.create_database(DATABASE)
     ActiveRecord::Base.establish_connection(config)
-    ActiveRecord::Base.with_connection do |conn|
+    ActiveRecord::Base.connection_pool.with_connection do |conn|
       conn.create_table(:weft_entries, force: true) do |t|
         t.integer :fiber
         t.string :tag
         t.bigint :xid, default: -> { "txid_current()" }
       end
+      # Inside the block: on Rails 7.1 it takes the fiber's adapter (Model.connection) and would
+      # keep it past the block.
+      Entry.reset_column_information
     end
-    Entry.reset_column_information
   end
 
   def teardown
@@ -49,7 +52,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
           Weft.timeout(30) do
             tasks = Array.new(200) do |fiber|
               Weft.spawn do
-                ActiveRecord::Base.with_connection do |conn|
+                ActiveRecord::Base.connection_pool.with_connection do |conn|
                   Entry.create!(fiber: fiber, tag: "load")
                   values = [conn.select_value("select #{fiber}"), Entry.where(fiber: fiber).count,
                             Entry.where(fiber: fiber).pick(:tag), conn.select_value("select pg_sleep(0.05)::text")]
@@ -80,7 +83,12 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   def test_each_fibers_transaction_commits_or_rolls_back_its_own_work_only
     outcomes = Weft.run do
       Weft.timeout(30) do
-        Weft.gather(Array.new(100) { |fiber| Weft.spawn { run_transaction_kind(fiber) } })
+        # Each fiber gives its adapter back as it ends: Rails 7.1 checks one out for the fiber at
+        # its first query and keeps it there until released (Rails' executor does that per request).
+        tasks = Array.new(100) do |fiber|
+          Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { run_transaction_kind(fiber) } }
+        end
+        Weft.gather(tasks)
       end
     end
     assert_equal Array.new(100) { |fiber| fiber % 5 == 1 ? :rolled_back : :ok }, outcomes
@@ -105,14 +113,14 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
 
   def test_session_state_keeps_a_connection_until_checkin_then_is_cleared
     Weft.run do
-      ActiveRecord::Base.with_connection do |conn|
+      ActiveRecord::Base.connection_pool.with_connection do |conn|
         conn.execute("SET statement_timeout = 1234")
         assert_equal "1234ms", conn.select_value("show statement_timeout")
         assert conn.select_value("select pg_try_advisory_lock(77)")
         assert_equal 1, shared_pool.statistics[:pinned]
       end
       assert_equal 0, shared_pool.statistics[:pinned]
-      ActiveRecord::Base.with_connection do |conn|
+      ActiveRecord::Base.connection_pool.with_connection do |conn|
         assert_equal "0", conn.select_value("show statement_timeout")
         assert_equal 0, conn.select_value("select count(*) from pg_locks where locktype = 'advisory'")
         assert_equal "UTC", conn.select_value("show timezone")
@@ -126,7 +134,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   # statements and DDL run in the simple protocol on a connection leased for them.
   def test_execute_shares_single_data_statements_and_leases_the_rest
     Weft.run do
-      ActiveRecord::Base.with_connection do |conn|
+      ActiveRecord::Base.connection_pool.with_connection do |conn|
         queries = -> { shared_pool.statistics[:queries] }
         before = queries.call
         conn.execute("INSERT INTO weft_entries (fiber, tag) VALUES (1, 'a;b')") # a semicolon in a literal
@@ -144,7 +152,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   end
 
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
-  # own pool holds `lease_limit:` adapters (1000 by default), on 7.2 and 8.1 alike.
+  # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool
     assert_equal 1000, ActiveRecord::Base.connection_pool.size
     assert_equal 5, shared_pool.statistics[:limit]
@@ -176,7 +184,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     ActiveRecord::Migration.verbose = false
     Dir.mktmpdir do |dir|
       File.write(File.join(dir, "20240101000000_create_weft_widgets.rb"), <<~RUBY)
-        class CreateWeftWidgets < ActiveRecord::Migration[7.2]
+        class CreateWeftWidgets < ActiveRecord::Migration[7.1]
           def change
             create_table(:weft_widgets) { |t| t.string :name, null: false; t.interval :span }
             add_index :weft_widgets, :name
@@ -187,7 +195,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
       context.migrate
       assert_equal [20_240_101_000_000], context.get_all_versions
       context.rollback
-      refute ActiveRecord::Base.with_connection { |conn| conn.table_exists?(:weft_widgets) }
+      refute ActiveRecord::Base.connection_pool.with_connection { |conn| conn.table_exists?(:weft_widgets) }
       context.migrate
     end
     # The migrator's advisory lock held a connection for its adapter until ActiveRecord's pool
@@ -199,7 +207,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     widget.create!(name: "w", span: 2.days)
     assert_equal 2.days, widget.first.span # PostgreSQL's interval type, through the adapter's type map
 
-    cache = ActiveRecord::Base.connection_pool.schema_cache
+    cache = ActiveRecord::Base.connection_pool.with_connection(&:schema_cache) # the pool's has none on Rails 7.1
     cache.clear!
     assert cache.data_source_exists?("weft_widgets")
     assert_equal %w[id name span], cache.columns_hash("weft_widgets").keys
@@ -221,9 +229,12 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
       # load_async outside one; 7.2 ran it without).
       tracker = ActiveRecord::Base.asynchronous_queries_tracker
       tracker.start_session
-      relation = widget.where(name: "w").load_async
-      assert relation.scheduled?, "load_async ran in the foreground"
-      assert_equal ["w"], relation.map(&:name)
+      # In a block that gives the adapter back: Rails 7.1 would keep it for this task's fiber.
+      ActiveRecord::Base.connection_pool.with_connection do
+        relation = widget.where(name: "w").load_async
+        assert relation.scheduled?, "load_async ran in the foreground"
+        assert_equal ["w"], relation.map(&:name)
+      end
     ensure
       tracker&.finalize_session
     end
@@ -251,7 +262,8 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   end
 
   def shared_pool
-    ActiveRecord::Base.with_connection { |conn| conn.tap(&:verify!).instance_variable_get(:@raw_connection) } # connected
+    ActiveRecord::Base.connection_pool
+                      .with_connection { |conn| conn.tap(&:verify!).instance_variable_get(:@raw_connection) } # connected
                       .instance_variable_get(:@database).pool
   end
 

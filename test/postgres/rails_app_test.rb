@@ -6,10 +6,11 @@ require "net/http"
 require "open3"
 require "rbconfig"
 
-# Issue #12's Rails proof: a Rails 7.2 app (test/postgres/apps/rails_app: models, migrations,
+# Issue #12's Rails proof: a Rails app (test/postgres/apps/rails_app: models, migrations,
 # a uniqueness validation, a transaction, `includes`) under `weft serve -w 0` on
 # `adapter: weft_postgresql` with `pool: 5`, set up by Rails' own db: tasks, takes 200
-# concurrent requests that each run five queries and `pg_sleep(0.05)`.
+# concurrent requests that each run five queries and `pg_sleep(0.05)`. On the test's own bundle:
+# Rails 7.2 on Ruby 3.1, 8.1 on 3.3, and 7.1 in bin/test's Rails 7.1 step (gemfiles/rails71.gemfile).
 class PostgresRailsAppTest < Minitest::Test
   include Weft::Test::WeftServe
   ROOT = File.expand_path("../..", __dir__)
@@ -33,6 +34,7 @@ class PostgresRailsAppTest < Minitest::Test
     skip "Weft's server (exe/weft) is not available" unless File.exist?(File.join(ROOT, "exe/weft"))
     rails("db:create", "db:migrate", "db:seed")
     serve do |port, log|
+      assert_equal Gem.loaded_specs.fetch("railties").version.to_s, rails_version(port), "not this bundle's Rails"
       assert_validation_queries(port)
       responses = nil
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -70,6 +72,11 @@ class PostgresRailsAppTest < Minitest::Test
     code, body = create_post(port, SPARE_AUTHOR, "warm-up")
     assert_equal "422", code, body
     assert_equal({ "errors" => { "title" => ["has already been taken"] } }, JSON.parse(body))
+  end
+
+  # @return [String] the Rails version the app runs on
+  def rails_version(port)
+    Net::HTTP.start("127.0.0.1", port, open_timeout: 10, read_timeout: 30) { |http| http.get("/version").body }
   end
 
   # @return [Array(String, String)] the response's status code and body

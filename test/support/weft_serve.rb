@@ -17,20 +17,14 @@ module Weft
       # Starts `weft serve -w 0` on `rackup`, waits until it listens, yields, then stops it (TERM).
       # @param env [Hash] the server's environment
       # @param args [Array<String>] more `weft serve` arguments
-      # @param bundle [Hash, nil] environment naming another Gemfile: the server runs under
-      #   `bundle exec` of that bundle
       # @param wait [Numeric] seconds it may take to listen
       # @yieldparam port [Integer]
       # @yieldparam log [String] the path of its output (stdout and stderr)
-      def serve_rackup(rackup, env: {}, args: [], bundle: nil, wait: 30)
+      def serve_rackup(rackup, env: {}, args: [], wait: 30)
         port = free_tcp_port
         log = Tempfile.new("weft-serve")
         command = [RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", rackup, "-b", "tcp://127.0.0.1:#{port}", "-w", "0", *args]
-        spawn = lambda do
-          Process.spawn(env.merge(bundle || {}), *(bundle ? %w[bundle exec] : []), *command,
-                        out: log.path, err: log.path, chdir: ROOT)
-        end
-        pid = bundle ? Bundler.with_unbundled_env(&spawn) : spawn.call
+        pid = Process.spawn(env, *command, out: log.path, err: log.path, chdir: ROOT)
         wait_until_listening(port, pid, log.path, wait)
         yield port, log.path
       ensure

@@ -15,7 +15,7 @@ module ActiveRecord
   module ConnectionAdapters
     # ActiveRecord's PostgreSQL adapter with its statements sent through a Weft::Postgres::Pool
     # shared by the whole process: `adapter: weft_postgresql` (database.yml, establish_connection,
-    # or DATABASE_URL=weft-postgresql://...). Rails 7.2 and 8.1.
+    # or DATABASE_URL=weft-postgresql://...). Rails 7.1, 7.2 and 8.1.
     #
     # An adapter object holds no PostgreSQL connection. Its statements share the pool's
     # connections, pipelined, with every other adapter's; a transaction (or anything that
@@ -36,6 +36,10 @@ module ActiveRecord
     # - PostgreSQL notices do not reach ActiveRecord.db_warnings_action.
     # - ActiveSupport's isolation level must be :fiber under a fiber scheduler (each request
     #   fiber its own adapter); a transaction begun otherwise raises.
+    # - On Rails 7.1 a fiber keeps the adapter it first queried with until it gives it back
+    #   (Rails' executor does at the end of each request; elsewhere `connection_pool.
+    #   with_connection` or `release_connection`), and with it any connection it holds; 7.2
+    #   leases one per query.
     #
     # See docs/postgres.md, "ActiveRecord".
     class WeftPostgreSQLAdapter < PostgreSQLAdapter
@@ -163,8 +167,22 @@ module ActiveRecord
       end
     end
 
-    register "weft_postgresql", "ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter",
-             "active_record/connection_adapters/weft_postgresql_adapter"
+    if respond_to?(:register) # Rails 7.2 and later: an adapter registry
+      register "weft_postgresql", "ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter",
+               "active_record/connection_adapters/weft_postgresql_adapter"
+    end
+  end
+
+  unless ConnectionAdapters.respond_to?(:register)
+    # Rails 7.1 has no adapter registry: it requires active_record/connection_adapters/
+    # <adapter>_adapter and calls the ActiveRecord::Base method named after the adapter.
+    module ConnectionHandling
+      # @param config [Hash] the database configuration
+      # @return [ConnectionAdapters::WeftPostgreSQLAdapter]
+      def weft_postgresql_connection(config)
+        ConnectionAdapters::WeftPostgreSQLAdapter.new(config)
+      end
+    end
   end
 end
 

@@ -17,11 +17,10 @@ require "active_record/database_configurations"
 # - for configurations of other adapters that name no `pool:`, an ActiveRecord pool of
 #   WEFT_DB_POOL or 25 instead of 5, since one process now serves many requests at once (with
 #   `adapter: postgresql` each of those fibers holds a PostgreSQL connection of its own);
-# - on ActiveRecord 7.2 and later, the `weft_postgresql` adapter
-#   (active_record/connection_adapters/weft_postgresql_adapter), which shares a few pipelined
-#   connections among all fibers instead. That adapter needs only the isolation level from here:
-#   an app may require the adapter and set `config.active_support.isolation_level = :fiber`
-#   itself instead of this file.
+# - the `weft_postgresql` adapter (active_record/connection_adapters/weft_postgresql_adapter),
+#   which shares a few pipelined connections among all fibers instead. That adapter needs only
+#   the isolation level from here: an app may require the adapter and set
+#   `config.active_support.isolation_level = :fiber` itself instead of this file.
 module Weft
   module Postgres
     # What `require "weft/postgres/active_record"` sets up. Named so as not to shadow
@@ -57,9 +56,7 @@ end
 
 ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
 ActiveRecord::DatabaseConfigurations::HashConfig.prepend(Weft::Postgres::FiberActiveRecord::DefaultPoolSize)
-if ActiveRecord::ConnectionAdapters.respond_to?(:register) # the adapter registration API of 7.2
-  require "active_record/connection_adapters/weft_postgresql_adapter"
-end
+require "active_record/connection_adapters/weft_postgresql_adapter"
 
 if defined?(Rails::Railtie)
   module Weft

@@ -12,7 +12,7 @@ require "active_record/fixtures"
 require "active_record/connection_adapters/weft_postgresql_adapter"
 
 ActiveRecord::Base.establish_connection
-ActiveRecord::Base.with_connection do |conn|
+ActiveRecord::Base.connection_pool.with_connection do |conn|
   conn.create_table(:weft_notes, force: true) { |t| t.string :body }
 end
 

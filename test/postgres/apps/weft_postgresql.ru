@@ -13,12 +13,12 @@ class WeftProbe < ActiveRecord::Base
   self.table_name = "weft_probes"
 end
 
-ActiveRecord::Base.with_connection do |conn|
+ActiveRecord::Base.connection_pool.with_connection do |conn|
   conn.create_table(:weft_probes, if_not_exists: true) { |t| t.string :name }
 end
 
 run lambda { |env|
-  body = ActiveRecord::Base.with_connection do |conn|
+  body = ActiveRecord::Base.connection_pool.with_connection do |conn|
     case env["PATH_INFO"]
     when "/sleep" then "slept #{conn.select_value('select pg_sleep(0.5)::text')}"
     when "/probe"
@@ -27,7 +27,7 @@ run lambda { |env|
     when "/backends"
       conn.select_value("select count(*) from pg_stat_activity where application_name = 'weft' " \
                         "and datname = current_database()").to_s
-    else "adapter #{conn.adapter_name} #{ActiveRecord::Base.connection_db_config.adapter}"
+    else "adapter #{conn.adapter_name} #{ActiveRecord::Base.connection_db_config.adapter} #{ActiveRecord.version}"
     end
   end
   [200, { "content-type" => "text/plain" }, [body]]

@@ -17,7 +17,7 @@ module ActiveRecord
       module LeaseLimit
         # Adapter objects at most when the configuration names no `lease_limit:`.
         DEFAULT_LEASE_LIMIT = 1000
-        # What ActiveRecord's pool reads its size from: HashConfig#pool on Rails 7.2,
+        # What ActiveRecord's pool reads its size from: HashConfig#pool on Rails 7.1 and 7.2,
         # #max_connections on 8.1 (where #pool is a deprecated alias of it).
         SIZE_READER = DatabaseConfigurations::HashConfig.method_defined?(:max_connections) ? :max_connections : :pool
 

@@ -10,7 +10,7 @@ require "active_record/connection_adapters/weft_postgresql_adapter"
 
 module RailsApp
   # A small API app for the Rails proof of issue #12 (test/postgres/rails_app_test.rb,
-  # bench/postgres/rails_bench.rb), on Rails 7.2 (Ruby 3.1) and 8.1 (Ruby 3.3). The same code
+  # bench/postgres/rails_bench.rb), on Rails 7.2 (Ruby 3.1), 8.1 (Ruby 3.3) and 7.1 (gemfiles/rails71.gemfile). The same code
   # runs under `weft serve`, Puma and Falcon; only the environment differs:
   #
   # - DATABASE_URL: weft-postgresql://... (Weft) or postgres://... (Puma, Falcon)
@@ -20,7 +20,7 @@ module RailsApp
   # - RAILS_LOG_LEVEL: default warn, so that a benchmark measures the app and not its log; errors
   #   (a ConnectionTimeoutError among them) are still written to standard output.
   class Application < Rails::Application
-    # The Rails in use's own defaults (7.2 on Ruby 3.1, 8.1 on 3.3), as `rails new` would set.
+    # The Rails in use's own defaults (7.1, 7.2 or 8.1), as `rails new` would set.
     config.load_defaults Rails::VERSION::STRING.to_f
     config.api_only = true
     config.eager_load = Rails.env.production?

@@ -8,6 +8,6 @@ class ApplicationRecord < ActiveRecord::Base
   # @param seconds [Float]
   # @return [void]
   def self.slow_query(seconds)
-    with_connection { |connection| connection.select_value("select 1 from pg_sleep(#{Float(seconds)})") }
+    connection_pool.with_connection { |connection| connection.select_value("select 1 from pg_sleep(#{Float(seconds)})") }
   end
 end

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # Authors, with unique names.
-class CreateAuthors < ActiveRecord::Migration[7.2]
+class CreateAuthors < ActiveRecord::Migration[7.1]
   def change
     create_table :authors do |t|
       t.string :name, null: false

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # Posts, each by one author, with titles unique per author.
-class CreatePosts < ActiveRecord::Migration[7.2]
+class CreatePosts < ActiveRecord::Migration[7.1]
   def change
     create_table :posts do |t|
       t.references :author, null: false, foreign_key: true
