@@ -519,9 +519,20 @@ module Weft
       # Fiber-local variables belong to the task that set them, not to the next one.
       locals = Thread.current
       locals.keys.each { |key| locals[key] = nil }
+      forget_library_state(Fiber.current)
       return nil if @idle_fibers.size >= @fiber_pool_size
       @idle_fibers << Fiber.current
       @selector.transfer
+    end
+
+    # Per-fiber state that libraries keep in the Fiber object's own instance variables belongs
+    # to the task as well: ActiveSupport's IsolatedExecutionState (isolation_level :fiber) keeps
+    # the ActiveRecord connection a fiber holds and CurrentAttributes there, and a reused fiber
+    # would hand them to the next task. Weft's own reusable per-fiber object stays.
+    def forget_library_state(fiber)
+      fiber.instance_variables.each do |name|
+        fiber.remove_instance_variable(name) unless name == :@weft_io_timeout
+      end
     end
 
     # In a forked child this fiber went on with its task without a reactor (#process_fork). The
