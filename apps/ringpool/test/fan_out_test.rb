@@ -13,15 +13,15 @@ class RingpoolFanOutTest < Minitest::Test
   PEERS = {
     "good" => lambda do |env|
       count = JSON.parse(env["rack.input"].read)["items"].size
-      until_at = Ringpool::Clock.iso8601(Ringpool::Clock.now + 60_000_000)
-      results = Array.new(count) { |i| { "ring_pool" => 7, "number" => "+1555000000#{i}", "overflow" => false, "lockout_until" => until_at } }
+      until_at = Ringpool::Clock.now + 60_000_000
+      results = Array.new(count) { |i| [until_at, "+1555000000#{i}"] }
       [200, { "content-type" => "application/json" }, [JSON.generate({ "results" => results })]]
     end,
     "slow" => ->(_env) { sleep 5 },
     "garbage" => ->(_env) { [200, {}, ["not json"]] },
     "short" => ->(_env) { [200, {}, ['{"results": []}']] },
     "error" => ->(_env) { [500, {}, ["boom"]] },
-    "other_pool" => ->(_env) { [200, {}, ['{"results": [{"ring_pool": 8, "error": "x"}, {"ring_pool": 8, "error": "x"}]}']] }
+    "not_results" => ->(_env) { [200, {}, ['{"results": [[1, "not a number"], {"no": "error"}]}']] }
   }.freeze
 
   # Yields peer name => URL (plus "gone": a socket nobody listens on).

@@ -112,7 +112,7 @@ module Ringpool
       body = +'{"items":['
       items.each_with_index do |item, index|
         body << "," unless index.zero?
-        body << "{\"ring_pool\":#{item.pool.id},\"params\":#{item.params}}"
+        body << "[" << item.pool.id.to_s << "," << item.params << "]"
       end
       body << "]}"
       headers = { "content-type" => "application/json" }
@@ -121,7 +121,7 @@ module Ringpool
       read(client(url).post(PATH, body: body, headers: headers), items)
     end
 
-    # A peer's answer, item by item.
+    # A peer's answer, item by item (PeerAPI's compact shape: Result.from_peer).
     # @raise [BadAnswer] when it is not a usable answer at all
     def read(response, items)
       raise BadAnswer, "status #{response.status}" unless response.status == 200
@@ -132,8 +132,7 @@ module Ringpool
       end
       raise BadAnswer, "expected #{items.size} results" unless results.is_a?(Array) && results.size == items.size
       items.each_with_index.map do |item, index|
-        result = Result.from_h(results[index])
-        result && result.ring_pool == item.pool.id ? result : Result.overflow(item.pool, "shard_unavailable")
+        Result.from_peer(results[index], item.pool) || Result.overflow(item.pool, "shard_unavailable")
       end
     end
 
