@@ -90,6 +90,15 @@ module RingpoolCpuProfile
       RingpoolBench::Procfs.processes.filter_map { |pid, (ppid, _, _)| pid if ppid == @pid }
     end
 
+    # @return [Integer] the calls every shard has made to its peers so far (GET /health on each
+    #   shard's own socket: its FanOut statistics)
+    def peer_calls
+      Dir.glob(File.join(@dir, "sockets", "shard-*.sock")).sum do |socket|
+        health = JSON.parse(IO.popen(["curl", "-sf", "--unix-socket", socket, "http://shard/health"], &:read))
+        health.fetch("peers").each_value.sum { |peer| peer.fetch("requests") }
+      end
+    end
+
     # Sends a switch (cpu_profile_weft.rb) to every shard.
     def signal(name)
       shards.each { |pid| Process.kill(name, pid) }
@@ -130,12 +139,15 @@ module RingpoolCpuProfile
     table = RingpoolBench::Procfs.processes
     before = [RingpoolBench::Procfs.tree_cpu(table, server.pid), RingpoolBench::Procfs.tree_cpu(table, postmaster)]
     load_before = File.read("/proc/loadavg").split.first(3).join(" ")
+    calls_before = server.peer_calls
     answers = wrk(server.port, connections, requests, bodies)
+    peer_calls = server.peer_calls - calls_before
     table = RingpoolBench::Procfs.processes
     after = [RingpoolBench::Procfs.tree_cpu(table, server.pid), RingpoolBench::Procfs.tree_cpu(table, postmaster)]
     after_objects = counters.call
     { cpu_us: (after[0] - before[0]) * 1e6 / answers["answered"], postgres_us: (after[1] - before[1]) * 1e6 / answers["answered"],
-      objects: (after_objects - before_objects).fdiv(answers["answered"]), answers: answers, load: load_before }
+      objects: (after_objects - before_objects).fdiv(answers["answered"]), peer_calls: peer_calls.fdiv(answers["answered"]),
+      answers: answers, load: load_before }
   end
 
   # @return [Integer] objects allocated so far by every shard (their last counters line)
@@ -218,7 +230,7 @@ module RingpoolCpuProfile
     items = %w[tracked exhausted shard_unavailable storage_unavailable item_errors].sum { |kind| answers[kind] }
     out << format("- **shards' CPU: %.0f µs per request** (%.1f µs per item); PostgreSQL %.0f µs per request\n", cpu, cpu / config.items,
                   measured[:postgres_us])
-    out << format("- objects allocated by the shards: %.0f per request\n", measured[:objects])
+    out << format("- objects allocated by the shards: %.0f per request; peer calls: %.2f per request\n", measured[:objects], measured[:peer_calls])
     out << format("- answers: %d requests, %d failed; items %s\n", answers["answered"], answers["failed"],
                   %w[tracked exhausted shard_unavailable storage_unavailable item_errors].map { |kind| "#{kind} #{(100.0 * answers[kind] / items).round(1)}%" }.join(", "))
     stacks = samples(profile[:results])

@@ -235,9 +235,10 @@ module Ringpool
     # @param local [Array<(Integer, Allocator::Item)>] index and item
     # @param remote [Hash{String => Array<(Integer, Allocator::Item)>}] by owner URL
     def place(local, remote, results, moved)
-      gathered = remote.empty? ? nil : Weft.spawn(name: "ringpool gather") { @fan_out.call(remote.transform_values { |pairs| pairs.map(&:last) }) }
+      # Sent first, gathered after this shard's own items are allocated: both at once.
+      tickets = @fan_out.dispatch(remote.transform_values { |pairs| pairs.map(&:last) })
       answers = local.zip(@allocator.allocate(local.map(&:last)))
-      collect(gathered)&.each { |url, results_of| answers.concat(remote[url].zip(results_of)) }
+      @fan_out.results(tickets).each { |url, results_of| answers.concat(remote[url].zip(results_of)) }
       answers.each do |(index, item), result|
         results[index] = result
         moved << [index, item] if result.kind == :not_owner
@@ -269,12 +270,6 @@ module Ringpool
     # overflow number.
     def settle(result, item)
       result.kind == :not_owner ? Result.overflow(item.pool, "shard_unavailable") : result
-    end
-
-    def collect(task)
-      task&.wait
-    rescue Weft::DeadlineExceeded
-      retry # the deadline is raised once; the fan-out answers its fallbacks right after
     end
   end
 end
