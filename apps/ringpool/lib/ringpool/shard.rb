@@ -83,10 +83,9 @@ module Ringpool
           pool = @catalog[entry.ring_pool]
           next results[index] = unknown(entry, resolved) unless pool
           item = Allocator::Item.new(pool, entry.params)
-          owner = @ownership&.owner(pool.id)
           if @allocator.owns?(pool.id)
             local << [index, item]
-          elsif owner && owner != @url
+          elsif (owner = @ownership&.owner(pool.id)) && owner != @url
             remote[owner] << [index, item]
           else
             results[index] = unowned(pool)
