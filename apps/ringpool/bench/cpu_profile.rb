@@ -41,7 +41,7 @@ module RingpoolCpuProfile
     ["peer request (served for the other shard)", /\ARingpool::PeerAPI#call\z/],
     ["public request", /\ARingpool::API#call\z/],
     ["group commit task", /\ARingpool::GroupCommit#flush\z/],
-    ["fan-out task (peer call, client side)", /\ARingpool::FanOut#call\z|\AWeft\.scatter\z|FanOut#post/],
+    ["fan-out task (peer call, client side)", /\ARingpool::FanOut#(flush|send_batch|post)\z/],
     ["ownership / maintenance", /\ARingpool::(Shard#maintain|Ownership)/]
   ].freeze
 
@@ -54,10 +54,10 @@ module RingpoolCpuProfile
     ["group commit: PostgreSQL pool", /\AWeft::Postgres|\APG::/],
     ["group commit: submit/wait/settle", /\ARingpool::(GroupCommit|Allocator#(store|allocate|key|give_up|settle_late))/],
     ["peer call: request body", /\ARingpool::FanOut#post\z/],
-    ["peer call: answer parse", /\ARingpool::(FanOut#read|Result\.from_h)\z/],
+    ["peer call: answer parse", /\ARingpool::(FanOut#read|Result\.from_peer)\z/],
     ["peer call: HTTP client", /\AWeft::HTTP::/],
-    ["peer call: scatter, breaker", /\ARingpool::FanOut#(call|fallback)|\AWeft::(CircuitBreaker|Resilience)|\AWeft\.scatter/],
-    ["response JSON (Result#to_h, generate)", /\ARingpool::(Result#to_h|API#json|Clock\.iso8601)\z/],
+    ["peer call: batching, breaker", /\ARingpool::FanOut#(call|dispatch|results|enqueue|flush|send_batch|answers|fallback)\z|\AWeft::(CircuitBreaker|Resilience)/],
+    ["answer JSON (Result#to_json, #to_peer)", /\ARingpool::(Result#(to_json|to_peer)|API#json|Clock\.iso8601)\z/],
     ["metrics / overflow counters", /\ARingpool::(Metrics|OverflowCounter|Shard#record)/],
     ["routing (catalog, ownership lookups)", /\ARingpool::(Shard#(allocate|allocate_owned|resolve_pools|place|route|settle|collect)|Catalog|Ownership)/],
     ["peer API other (body read, deadline header)", /\ARingpool::PeerAPI/],
