@@ -13,15 +13,15 @@ class RingpoolFanOutTest < Minitest::Test
   PEERS = {
     "good" => lambda do |env|
       count = JSON.parse(env["rack.input"].read)["items"].size
-      until_at = Ringpool::Clock.iso8601(Ringpool::Clock.now + 60_000_000)
-      results = Array.new(count) { |i| { "ring_pool" => 7, "number" => "+1555000000#{i}", "overflow" => false, "lockout_until" => until_at } }
+      until_at = Ringpool::Clock.now + 60_000_000
+      results = Array.new(count) { |i| [until_at, "+1555000000#{i}"] }
       [200, { "content-type" => "application/json" }, [JSON.generate({ "results" => results })]]
     end,
     "slow" => ->(_env) { sleep 5 },
     "garbage" => ->(_env) { [200, {}, ["not json"]] },
     "short" => ->(_env) { [200, {}, ['{"results": []}']] },
     "error" => ->(_env) { [500, {}, ["boom"]] },
-    "other_pool" => ->(_env) { [200, {}, ['{"results": [{"ring_pool": 8, "error": "x"}, {"ring_pool": 8, "error": "x"}]}']] }
+    "not_results" => ->(_env) { [200, {}, ['{"results": [[1, "not a number"], {"no": "error"}]}']] }
   }.freeze
 
   # Yields peer name => URL (plus "gone": a socket nobody listens on).
@@ -111,6 +111,40 @@ class RingpoolFanOutTest < Minitest::Test
       assert_equal :closed, fan_out.breaker(url).state
     ensure
       fan_out&.close
+    end
+  end
+
+  # Requests that ask a peer at the same time share one call, and each gets its own items'
+  # answers, in order.
+  def test_requests_asking_at_once_share_a_call
+    calls = Queue.new
+    peer = lambda do |env|
+      items = JSON.parse(env["rack.input"].read)["items"]
+      calls << items.size
+      results = items.map { |_pool, params| [Ringpool::Clock.now + 60_000_000, "+1555000#{params.fetch('n').to_s.rjust(4, '0')}"] }
+      [200, { "content-type" => "application/json" }, [JSON.generate({ "results" => results })]]
+    end
+    Dir.mktmpdir do |dir|
+      server = Weft::Server.new(peer, binds: ["unix://#{dir}/peer.sock"], shutdown_timeout: 1)
+      thread = Thread.new { server.run }
+      url = "unix://#{dir}/peer.sock"
+      fan_out = Ringpool::FanOut.new
+      answers = Weft.run do
+        Array.new(6) do |request|
+          Weft.spawn do
+            items = Array.new(3) { |i| Ringpool::Allocator::Item.new(POOL, %({"n":#{request * 10 + i}})) }
+            Weft.deadline(2) { fan_out.call({ url => items }) }.fetch(url).map(&:number)
+          end
+        end.map(&:wait)
+      end
+      assert_equal Array.new(6) { |request| Array.new(3) { |i| "+1555000#{(request * 10 + i).to_s.rjust(4, '0')}" } }, answers
+      sizes = Array.new(calls.size) { calls.pop }
+      assert_equal 18, sizes.sum
+      assert_operator sizes.size, :<=, Ringpool::FanOut::CALLS_IN_FLIGHT, "calls: #{sizes.inspect}"
+    ensure
+      fan_out&.close
+      server&.stop
+      thread&.join(5)
     end
   end
 

@@ -34,7 +34,7 @@ class RingpoolGroupCommitTest < Minitest::Test
       later = Array.new(3) { |i| Weft.spawn { commit.submit([[:"c#{i}", "{}"]]).wait } }
       assert_equal({ [:a, 0] => true, [:b, 0] => true }, first.first.wait)
       assert_same first.first, first.last, "the two requests of one turn wait on one INSERT"
-      assert_equal [{ [:c0, 0] => true, [:c1, 0] => true, [:c2, 0] => true }] * 3, Weft.gather(later)
+      assert_equal [true] * 3, Weft.gather(later), "every row stored: told by the count alone"
     end
     assert_equal [%i[a refused b], %i[c0 c1 c2]], store.statements
   end
@@ -48,7 +48,7 @@ class RingpoolGroupCommitTest < Minitest::Test
       sleep 0.01
       next_one = commit.submit([[:b, "{}"]])
       assert_raises(PG::ConnectionBad) { failing.wait }
-      assert_equal({ [:b, 0] => true }, next_one.wait)
+      assert_equal true, next_one.wait
     end
   end
 

@@ -137,7 +137,7 @@ module Ringpool
         return give_up(items, pending, results, undo: true)
       end
       pending.reject do |index, chosen|
-        next false unless stored[key(chosen)]
+        next false unless stored == true || stored[key(chosen)]
         results[index] = Result.tracked(chosen.state.pool.id, chosen.number, chosen.locked_until)
       end
     end
@@ -164,6 +164,7 @@ module Ringpool
       rescue *STORAGE_ERRORS
         {}
       end
+      return if stored == true
       pending.reverse_each { |_index, chosen| chosen.state.undo(chosen) unless stored[key(chosen)] }
     end
 

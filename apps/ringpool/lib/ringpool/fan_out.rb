@@ -5,26 +5,46 @@ require "weft/resilience"
 require_relative "result"
 
 module Ringpool
-  # Sends each peer shard the items of the pools it owns, all at once, over HTTP/1.1 keep-alive
-  # (a Weft::HTTP::Client per peer, which keeps its connections open between requests), and
+  # Sends each peer shard the items of the pools it owns over HTTP/1.1 keep-alive (a
+  # Weft::HTTP::Client per peer, which keeps its connections open between requests), and
   # gathers the answers. Whatever goes wrong with a peer — refused, reset, a bad answer, the
   # caller's deadline passing — its items get their pools' overflow numbers with reason
-  # `shard_unavailable`; #call itself never raises and never waits past the deadline it runs
-  # under (Weft.deadline: the tasks it spawns inherit it).
+  # `shard_unavailable`; #results never raises and never waits past the caller's deadline
+  # (Weft.deadline).
   #
-  # Each peer has a Weft::CircuitBreaker: a peer that keeps failing or missing the deadline is
-  # not called at all for a while (its items get the overflow number at once, without waiting
-  # for the deadline), then gets a rising share of the calls again (the breaker's ramp).
-  # Breakers are registered as "ringpool peer URL", so Weft's server statistics list them.
+  # Calls to a peer are batched across requests, as GroupCommit batches INSERTs: at most
+  # CALLS_IN_FLIGHT calls per peer at once, and the items of every request that asks meanwhile
+  # go together in the next call. Under light load a request's call leaves at once (on the
+  # reactor's next turn); under load calls grow instead of multiplying, and a shard pays the
+  # cost of an HTTP exchange (both ends: the client, the peer's server, their tasks and timers)
+  # once per batch instead of once per request (apps/ringpool/bench/cpu_profile.rb). A call
+  # runs in a task of its own until the latest deadline of the requests in it; a request whose
+  # own deadline passes first stops waiting and answers with the overflow numbers.
+  #
+  # Each peer has a Weft::CircuitBreaker, which judges the calls: a peer that keeps failing or
+  # missing the deadline is not called at all for a while (its items get the overflow number
+  # without waiting for the deadline), then gets a rising share of the calls again (the
+  # breaker's ramp). Breakers are registered as "ringpool peer URL", so Weft's server
+  # statistics list them.
   class FanOut
     PATH = "/shard/allocations"
     REPORT_PATH = "/shard/report"
     REPORT_TIMEOUT = 1.0
     # The header that carries the caller's remaining time to the peer, in seconds.
     DEADLINE_HEADER = "ringpool-deadline"
+    # Calls to one peer at once (see the class comment).
+    CALLS_IN_FLIGHT = 2
 
     # A peer's answer that cannot be used: it counts as a failure of the peer.
     class BadAnswer < StandardError; end
+
+    # The items of the requests that go to one peer in one call, the promise of their results
+    # (in the same order), and the latest monotonic time a request in it waits until.
+    Batch = Struct.new(:items, :promise, :deadline)
+    # A peer's batching: the batch gathering items, calls running, and whether one is starting.
+    PeerQueue = Struct.new(:open, :running, :starting)
+    # One request's share of a batch: where its items start, and until when it waits.
+    Ticket = Struct.new(:items, :batch, :offset, :deadline)
 
     # @param breaker [Hash] options for each peer's Weft::CircuitBreaker
     # @param client_options [Hash] for each peer's Weft::HTTP::Client
@@ -34,6 +54,7 @@ module Ringpool
       @clients = {}
       @breakers = {}
       @sessions = {}
+      @queues = {}
     end
 
     # Starts afresh with a peer whose URL another process now answers (a worker replaced after
@@ -52,16 +73,28 @@ module Ringpool
       end
     end
 
+    # Sends and gathers at once: #results of #dispatch.
     # @param groups [Hash{String => Array<Allocator::Item>}] peer URL => the items it owns
     # @return [Hash{String => Array<Result>}] per peer, a result per item, in item order
     def call(groups)
-      peers = groups.to_a
-      # Weft.scatter runs every peer at once under the caller's deadline and answers a peer that
-      # failed or is late with the fallback, so this never raises and never waits past it.
-      answers = Weft.scatter(peers, fallback: ->((_url, items), _error) { fallback(items) }) do |url, items|
-        breaker(url).call(fallback: ->(_error) { fallback(items) }) { post(url, items) }
-      end
-      peers.each_with_index.to_h { |(url, _items), index| [url, answers[index]] }
+      results(dispatch(groups))
+    end
+
+    # Queues each peer's items for its next call, without waiting: the caller does its own work
+    # meanwhile, then collects with #results.
+    # @param groups [Hash{String => Array<Allocator::Item>}] peer URL => the items it owns
+    # @return [Hash{String => Ticket}]
+    def dispatch(groups)
+      remaining = Weft.remaining
+      deadline = remaining ? now + remaining : Float::INFINITY
+      groups.to_h { |url, items| [url, enqueue(url, items, deadline)] }
+    end
+
+    # Waits for the answers of #dispatch, each peer's until the caller's deadline at the latest.
+    # @param tickets [Hash{String => Ticket}]
+    # @return [Hash{String => Array<Result>}] per peer, a result per item, in item order
+    def results(tickets)
+      tickets.transform_values { |ticket| answers(ticket) }
     end
 
     # @return [Hash{String => Hash}] per peer URL: connections opened, requests sent, and the
@@ -108,11 +141,69 @@ module Ringpool
 
     private
 
+    def now
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
+    def enqueue(url, items, deadline)
+      queue = (@queues[url] ||= PeerQueue.new(nil, 0, false))
+      batch = (queue.open ||= Batch.new([], Weft::Promise.new, deadline))
+      offset = batch.items.size
+      batch.items.concat(items)
+      batch.deadline = deadline if deadline > batch.deadline
+      if queue.running < CALLS_IN_FLIGHT && !queue.starting
+        queue.running += 1
+        queue.starting = true
+        Weft.spawn(detached: true, name: "ringpool peer call") { flush(url, queue) }
+      end
+      Ticket.new(items, batch, offset, deadline)
+    end
+
+    # Calls the peer with the open batch, then the one that gathered meanwhile, until none is left.
+    def flush(url, queue)
+      queue.starting = false
+      while (batch = queue.open)
+        queue.open = nil
+        send_batch(url, batch)
+      end
+    ensure
+      queue.running -= 1
+    end
+
+    def send_batch(url, batch)
+      items = batch.items
+      seconds = batch.deadline - now
+      answers = if seconds <= 0
+                  fallback(items)
+                else
+                  Weft.deadline(seconds.finite? ? seconds : nil) do
+                    breaker(url).call(fallback: ->(_error) { fallback(items) }) { post(url, items) }
+                  end
+                end
+      batch.promise.fulfill(answers)
+    rescue StandardError => e
+      batch.promise.reject(e)
+    ensure
+      # Cancelled (the shard is stopping): the waiters fall back.
+      batch.promise.reject(IOError.new("the peer call was cancelled")) if batch.promise.pending?
+    end
+
+    # One request's answers from its batch, or the overflow numbers when the batch failed or
+    # the request's deadline passed first.
+    def answers(ticket)
+      promise = ticket.batch.promise
+      timeout = ticket.deadline - now
+      return fallback(ticket.items) if promise.pending? && timeout <= 0
+      promise.wait(timeout: timeout.finite? ? timeout : nil)[ticket.offset, ticket.items.size]
+    rescue StandardError # the deadline passed, or the call failed: its items fall back
+      fallback(ticket.items)
+    end
+
     def post(url, items)
       body = +'{"items":['
       items.each_with_index do |item, index|
         body << "," unless index.zero?
-        body << "{\"ring_pool\":#{item.pool.id},\"params\":#{item.params}}"
+        body << "[" << item.pool.id.to_s << "," << item.params << "]"
       end
       body << "]}"
       headers = { "content-type" => "application/json" }
@@ -121,7 +212,7 @@ module Ringpool
       read(client(url).post(PATH, body: body, headers: headers), items)
     end
 
-    # A peer's answer, item by item.
+    # A peer's answer, item by item (PeerAPI's compact shape: Result.from_peer).
     # @raise [BadAnswer] when it is not a usable answer at all
     def read(response, items)
       raise BadAnswer, "status #{response.status}" unless response.status == 200
@@ -132,8 +223,7 @@ module Ringpool
       end
       raise BadAnswer, "expected #{items.size} results" unless results.is_a?(Array) && results.size == items.size
       items.each_with_index.map do |item, index|
-        result = Result.from_h(results[index])
-        result && result.ring_pool == item.pool.id ? result : Result.overflow(item.pool, "shard_unavailable")
+        Result.from_peer(results[index], item.pool) || Result.overflow(item.pool, "shard_unavailable")
       end
     end
 

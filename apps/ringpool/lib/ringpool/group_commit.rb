@@ -31,8 +31,9 @@ module Ringpool
 
     # Queues picks for the next INSERT.
     # @param rows [Array<(PoolState::Pick, String)>] each pick with its params as JSON text
-    # @return [Weft::Promise] fulfilled with the keys of the rows the INSERT stored
-    #   (`{[number, locked_from] => true}`: see Store#record), or rejected with its error
+    # @return [Weft::Promise] fulfilled with true when the INSERT stored every row (the usual
+    #   case, told by the count alone), else with the keys of the rows it stored
+    #   (`{[number, locked_from] => true}`: see Store#record); or rejected with its error
     def submit(rows)
       group = (@open ||= Group.new([], Weft::Promise.new))
       group.rows.concat(rows)
@@ -59,7 +60,7 @@ module Ringpool
 
     def store(group)
       stored = Weft.timeout(@timeout) { @store.record(group.rows) }
-      group.promise.fulfill(stored.to_h { |key| [key, true] })
+      group.promise.fulfill(stored.size == group.rows.size || stored.to_h { |key| [key, true] })
     rescue StandardError => e
       group.promise.reject(e)
     ensure

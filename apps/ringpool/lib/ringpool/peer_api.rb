@@ -6,13 +6,20 @@ require_relative "validation"
 module Ringpool
   # The Rack app on a shard's own unix socket, for the other shards only:
   #
-  #   POST /shard/allocations   {"items": [{"ring_pool": ID, "params": {...}}, ...]}
-  #                             => {"results": [...]}, one per item, in order
+  #   POST /shard/allocations   {"items": [[ID, {params}], ...]}
+  #                             => {"results": [...]}, one per item, in order, each in
+  #                             Result#to_peer's compact shape
   #   GET  /health              this shard's health (the public one answers for whichever
   #                             worker took the connection)
   #   GET  /shard/report        its health and Metrics#snapshot, for the dashboard
   #
-  # Items must be of pools this shard owns; the others answer `{"not_owner": true}` (ownership
+  # The shape is compact (arrays, lockout ends in microseconds) because both ends are ringpool:
+  # JSON objects and ISO 8601 times cost a shard more CPU than the rest of a peer call
+  # (apps/ringpool/bench/cpu_profile.rb). For the same reason the params are not checked again
+  # (Validation.peer_item): the shard that took the public request did; they are only turned
+  # back into JSON text, which the INSERT takes as it is.
+  #
+  # Items must be of pools this shard owns; the others answer `"not_owner"` (ownership
   # moved since the caller's last tick) and the caller looks the owner up again and asks it,
   # once, handing out the overflow number if that fails too. The
   # caller's remaining time arrives in the `ringpool-deadline` header (FanOut::DEADLINE_HEADER).
@@ -39,9 +46,9 @@ module Ringpool
       document = Validation.parse_json(env["rack.input"].read(API::MAX_ALLOCATIONS_BODY + 1).to_s)
       items = document.is_a?(Hash) && document["items"]
       raise Validation::Invalid.new(422, "invalid_request", '"items" must be an array') unless items.is_a?(Array)
-      entries = items.map { |item| Validation.allocation_item(item) }
+      entries = items.map { |item| Validation.peer_item(item) }
       results = @shard.allocate_owned(entries, deadline(env))
-      [200, HEADERS.dup, [JSON.generate({ "results" => results.map(&:to_h) })]]
+      [200, HEADERS.dup, [JSON.generate({ "results" => results.map(&:to_peer) })]]
     rescue Validation::Invalid => e
       [e.status, HEADERS.dup, [JSON.generate({ "error" => e.code, "message" => e.message })]]
     end

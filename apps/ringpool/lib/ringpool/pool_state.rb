@@ -8,13 +8,9 @@ module Ringpool
   # Its clock never goes back: if the wall clock steps back (NTP), `now` holds still until it
   # catches up, so every new lockout ends after all earlier ones and NumberQueue stays sorted.
   class PoolState
-    # One number handed out, and what undoing it needs.
-    Pick = Struct.new(:state, :entry, :previous_free_at, :locked_from, :locked_until) do
-      # @return [String]
-      def number
-        entry.number
-      end
-    end
+    # One number handed out, and what undoing it needs. The number is the entry's, kept here
+    # too: it is read for every row of an INSERT and every answer.
+    Pick = Struct.new(:state, :entry, :previous_free_at, :locked_from, :locked_until, :number)
 
     # @return [RingPool]
     attr_reader :pool
@@ -40,7 +36,7 @@ module Ringpool
       previous = head.free_at
       locked_until = now + @pool.lockout_microseconds
       entry = @queue.take(now, locked_until) or return nil
-      Pick.new(self, entry, previous, now, locked_until)
+      Pick.new(self, entry, previous, now, locked_until, entry.number)
     end
 
     # Undoes a pick that was not stored.

@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
+require "json"
 require_relative "clock"
+require_relative "e164"
 
 module Ringpool
   # The answer for one item of an allocation batch. Immutable; one of:
@@ -12,6 +14,8 @@ module Ringpool
   #   not_owner  (between shards only) the shard asked does not own the pool
   class Result
     REASONS = %w[exhausted shard_unavailable storage_unavailable].freeze
+    # A peer's answer for an item whose pool it does not own (#to_peer).
+    NOT_OWNER = "not_owner"
 
     # @return [Symbol] :tracked, :overflow, :error or :not_owner
     attr_reader :kind
@@ -49,20 +53,18 @@ module Ringpool
       new(:not_owner, ring_pool, nil, nil, nil, nil)
     end
 
-    # Reads a result a peer shard sent (#to_h's shape).
-    # @return [Result, nil] nil when `hash` is not a well-formed result
-    def self.from_h(hash)
-      return nil unless hash.is_a?(Hash)
-      pool = hash["ring_pool"]
-      return nil unless pool.is_a?(Integer)
-      if hash["not_owner"] == true
-        not_owner(pool)
-      elsif hash.key?("error")
-        error(pool, hash["error"].to_s, hash["message"].to_s)
-      elsif hash["overflow"] == true && REASONS.include?(hash["reason"]) && E164.valid?(hash["number"])
-        new(:overflow, pool, hash["number"], hash["reason"], nil, nil)
-      elsif hash["overflow"] == false && E164.valid?(hash["number"]) && (until_at = Clock.parse(hash["lockout_until"]))
-        tracked(pool, hash["number"], until_at)
+    # Reads a result a peer shard sent (#to_peer's shape) for an item of `pool`.
+    # @param value [Object] one element of the peer's JSON answer
+    # @param pool [RingPool] the item's pool
+    # @return [Result, nil] nil when `value` is not a well-formed result
+    def self.from_peer(value, pool)
+      case value
+      when Array
+        locked_until, number = value
+        tracked(pool.id, number, locked_until) if value.size == 2 && locked_until.is_a?(Integer) && E164.valid?(number)
+      when NOT_OWNER then not_owner(pool.id)
+      when *REASONS then overflow(pool, value)
+      when Hash then error(pool.id, value["error"].to_s, value["message"].to_s) if value.key?("error")
       end
     end
 
@@ -86,17 +88,36 @@ module Ringpool
       @kind == :overflow
     end
 
-    # @return [Hash] the JSON shape of the API
-    def to_h
+    # The answer for the item in the public API's JSON (numbers are E.164 and reasons are
+    # REASONS: nothing in them needs escaping, so most answers are written out directly).
+    # @return [String]
+    def to_json(*)
       case @kind
       when :tracked
-        { "ring_pool" => @ring_pool, "number" => @number, "overflow" => false, "lockout_until" => Clock.iso8601(@locked_until) }
+        %({"ring_pool":#{@ring_pool},"number":"#{@number}","overflow":false,"lockout_until":"#{Clock.iso8601(@locked_until)}"})
       when :overflow
-        { "ring_pool" => @ring_pool, "number" => @number, "overflow" => true, "reason" => @reason, "lockout_until" => nil }
+        %({"ring_pool":#{@ring_pool},"number":"#{@number}","overflow":true,"reason":"#{@reason}","lockout_until":null})
       when :error
-        { "ring_pool" => @ring_pool, "error" => @reason, "message" => @message }
+        JSON.generate({ "ring_pool" => @ring_pool, "error" => @reason, "message" => @message })
       else
-        { "ring_pool" => @ring_pool, "not_owner" => true }
+        %({"ring_pool":#{@ring_pool},"not_owner":true})
+      end
+    end
+
+    # The answer in the compact shape shards send each other (PeerAPI), read back by
+    # Result.from_peer: the item's pool is known to the caller, and so is its overflow number.
+    #
+    #   [lockout end in microseconds, number]   tracked
+    #   "exhausted" (a reason of REASONS)       the overflow number, for that reason
+    #   "not_owner"                             not this shard's pool
+    #   {"error": code, "message": text}        a bad item
+    # @return [Array, String, Hash]
+    def to_peer
+      case @kind
+      when :tracked then [@locked_until, @number]
+      when :overflow then @reason
+      when :error then { "error" => @reason, "message" => @message }
+      else NOT_OWNER
       end
     end
   end

@@ -83,10 +83,9 @@ module Ringpool
           pool = @catalog[entry.ring_pool]
           next results[index] = unknown(entry, resolved) unless pool
           item = Allocator::Item.new(pool, entry.params)
-          owner = @ownership&.owner(pool.id)
           if @allocator.owns?(pool.id)
             local << [index, item]
-          elsif owner && owner != @url
+          elsif (owner = @ownership&.owner(pool.id)) && owner != @url
             remote[owner] << [index, item]
           else
             results[index] = unowned(pool)
@@ -235,9 +234,10 @@ module Ringpool
     # @param local [Array<(Integer, Allocator::Item)>] index and item
     # @param remote [Hash{String => Array<(Integer, Allocator::Item)>}] by owner URL
     def place(local, remote, results, moved)
-      gathered = remote.empty? ? nil : Weft.spawn(name: "ringpool gather") { @fan_out.call(remote.transform_values { |pairs| pairs.map(&:last) }) }
+      # Sent first, gathered after this shard's own items are allocated: both at once.
+      tickets = @fan_out.dispatch(remote.transform_values { |pairs| pairs.map(&:last) })
       answers = local.zip(@allocator.allocate(local.map(&:last)))
-      collect(gathered)&.each { |url, results_of| answers.concat(remote[url].zip(results_of)) }
+      @fan_out.results(tickets).each { |url, results_of| answers.concat(remote[url].zip(results_of)) }
       answers.each do |(index, item), result|
         results[index] = result
         moved << [index, item] if result.kind == :not_owner
@@ -269,12 +269,6 @@ module Ringpool
     # overflow number.
     def settle(result, item)
       result.kind == :not_owner ? Result.overflow(item.pool, "shard_unavailable") : result
-    end
-
-    def collect(task)
-      task&.wait
-    rescue Weft::DeadlineExceeded
-      retry # the deadline is raised once; the fan-out answers its fallbacks right after
     end
   end
 end

@@ -35,6 +35,7 @@ module Ringpool
     MAX_VALUE_LENGTH = 1_000
     MAX_PARAMS_BYTES = 4_096
     MAX_NAME_LENGTH = 200
+    EMPTY_PARAMS = {}.freeze
 
     # One checked item of an allocation batch.
     Item = Struct.new(:ring_pool, :params)
@@ -75,13 +76,24 @@ module Ringpool
       unless pool.is_a?(Integer) && pool.between?(1, MAX_POOL_ID)
         return Result.error(nil, "invalid_ring_pool", '"ring_pool" must be a positive integer id')
       end
-      problem = params_problem(item.fetch("params", {}))
-      return Result.error(pool, problem.first, problem.last) if problem
-      Item.new(pool, JSON.generate(item.fetch("params", {})))
+      params = params_json(item.fetch("params", EMPTY_PARAMS))
+      params.is_a?(Array) ? Result.error(pool, *params) : Item.new(pool, params)
     end
 
-    # @return [(String, String), nil] error code and message, nil when the params are fine
-    def params_problem(params)
+    # An item a peer shard sent (PeerAPI): `[ID, {params}]`, its params checked by the shard
+    # that took the public request, so only the shape is.
+    # @return [Item, Result]
+    def peer_item(item)
+      pool, params = item
+      unless item.is_a?(Array) && item.size == 2 && pool.is_a?(Integer) && params.is_a?(Hash)
+        return Result.error(pool.is_a?(Integer) ? pool : nil, "invalid_item", "each item must be [ID, {params}]")
+      end
+      Item.new(pool, JSON.generate(params))
+    end
+
+    # The params as the JSON text to store, or what is wrong with them.
+    # @return [String, (String, String)] the text, or an error code and message
+    def params_json(params)
       return ["invalid_params", '"params" must be an object'] unless params.is_a?(Hash)
       return ["params_too_large", "at most #{MAX_PARAMS} params"] if params.size > MAX_PARAMS
       params.each do |key, value|
@@ -97,8 +109,9 @@ module Ringpool
           return ["invalid_params", "param #{key[0, 40].inspect} must be a string, number, boolean or null"]
         end
       end
-      return ["params_too_large", "params take more than #{MAX_PARAMS_BYTES} bytes"] if JSON.generate(params).bytesize > MAX_PARAMS_BYTES
-      nil
+      text = JSON.generate(params)
+      return ["params_too_large", "params take more than #{MAX_PARAMS_BYTES} bytes"] if text.bytesize > MAX_PARAMS_BYTES
+      text
     end
 
     # `{"numbers": [E.164, ...], "overflow_number": E.164, "lockout_seconds": N, "name": "..."}`
