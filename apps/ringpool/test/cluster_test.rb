@@ -16,10 +16,15 @@ class RingpoolClusterTest < Minitest::Test
     @second&.stop
   end
 
+  # Below Linux's ephemeral range (32768-60999 by default): a port picked there is free when
+  # checked, but an outgoing connection (a shard's, the test's) can take it as its local port
+  # before the shard binds it; connect() prefers the even ports that bind(0) leaves.
+  PEER_PORTS = (20_000..32_000).freeze
+
   # @return [Integer] the first of `count` free consecutive TCP ports on 127.0.0.1
   def consecutive_free_ports(count)
     20.times do
-      base = Weft::Test.free_tcp_port
+      base = rand(PEER_PORTS.begin..(PEER_PORTS.end - count))
       servers = []
       begin
         count.times { |i| servers << TCPServer.new("127.0.0.1", base + i) }
