@@ -9,7 +9,7 @@
 # Stacks (one process each, same machine, loopback):
 #   Weft server (-w 0) + Weft::HTTP::Client
 #   Weft server (-w 0) + plain Net::HTTP (a new connection per call, still concurrent)
-#   Puma 6 (-t 5:5 -w 0) + Net::HTTP
+#   Puma (-t 5:5 -w 0) + Net::HTTP
 #   Falcon (--count 1) + async-http
 require_relative "support"
 

@@ -7,7 +7,7 @@
 #
 #   bundle exec ruby bench/http_client/sequential_https.rb [ROUNDS] [ORIGIN]
 #
-# ORIGIN "puma" (default): Puma 6 with TLS, 4 threads, own process, 22-byte body.
+# ORIGIN "puma" (default): Puma (6 on Ruby 3.1, 7 on 3.3) with TLS, 4 threads, own process, 22-byte body.
 # ORIGIN "minimal": bench/http_client/upstream.rb with TLS (a thread per connection, nothing
 # else), so that the clients' own cost is a larger share of each request.
 require_relative "support"
@@ -84,7 +84,7 @@ new_conn = results["Net::HTTP, new connection per call"][:median]
 keep_alive = results["Net::HTTP keep-alive (one session for all)"][:median]
 keep_alive_per_call_group = results["Net::HTTP keep-alive (one session per 15 calls)"][:median]
 weft = results["Weft::HTTP::Client"][:median]
-origin_name = ORIGIN == "puma" ? "Puma 6, TLS" : "minimal threaded TLS server"
+origin_name = ORIGIN == "puma" ? "Puma #{Gem.loaded_specs.fetch('puma').version.segments.first}, TLS" : "minimal threaded TLS server"
 puts "## 15 sequential GETs to one HTTPS origin: #{origin_name} (#{ROUNDS} rounds, median ms per 15 GETs)"
 puts
 puts "| client | median ms | mean ms | speed-up vs new connection |"

@@ -11,6 +11,7 @@
 require_relative "support"
 require_relative "pool_bench"
 require_relative "http_bench"
+require_relative "../support/results"
 
 seconds = Integer(ARGV.fetch(0, 5))
 database = PostgresBench.database
@@ -36,6 +37,8 @@ markdown = <<~MARKDOWN
     libpq #{PG.library_version}, #{pgbench}, #{wrk}
   - Weft #{Weft::VERSION}, #{versions.join(', ')}
   - Everything (server under test, PostgreSQL, the load generator) shares the machine's cores.
+
+  #{Bench::Results.sibling_link("postgres")}
 
   #{pool_section}
   #{http_section}
@@ -64,7 +67,7 @@ markdown = <<~MARKDOWN
     when another load runs at the same time. Compare columns within one run.
 MARKDOWN
 
-path = File.join(ROOT, "bench/results/postgres.md")
+path = Bench::Results.path("postgres")
 File.write(path, markdown)
 puts markdown
 warn "wrote #{path}"

@@ -10,6 +10,7 @@ require "semian"
 require "stoplight"
 require_relative "../../lib/weft/resilience"
 require_relative "../support/report"
+require_relative "../support/results"
 
 ROOT = File.expand_path("../..", __dir__)
 ROUNDS = Integer(ENV.fetch("ROUNDS", "9"))
@@ -156,5 +157,6 @@ if load_before && load_after
   shared = load_before > 0.5 || load_after > 1.5 ? " The machine was shared with other jobs, so absolute figures are noisy; the ratios between contenders of one run, measured interleaved, are what to read." : ""
   report.paragraph("Load average (1 min) on #{Etc.nprocessors} cores: #{load_before} before the run, #{load_after} after (the run itself adds about 1).#{shared}")
 end
-report.write(File.join(ROOT, "bench/results/resilience.md"))
-warn "wrote bench/results/resilience.md"
+report.paragraph(Bench::Results.sibling_link("resilience"))
+report.write(Bench::Results.path("resilience"))
+warn "wrote #{Bench::Results.path("resilience")}"

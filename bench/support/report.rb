@@ -57,14 +57,22 @@ module Bench
     def machine
       cpu = File.read("/proc/cpuinfo")[/^model name\s*:\s*(.+)$/, 1] rescue "unknown"
       memory = File.read("/proc/meminfo")[/^MemTotal:\s*(\d+)/, 1].to_i / 1024 / 1024 rescue 0
-      gems = %w[io-event async async-http puma falcon pg rack].filter_map do |name|
+      gems = %w[io-event async async-http puma falcon iodine semian stoplight pg rack].filter_map do |name|
         spec = Gem.loaded_specs[name]
         "#{name} #{spec.version}" if spec
       end
       <<~TEXT.strip
         Machine: #{Etc.nprocessors} cores (#{cpu}), #{memory} GiB RAM, #{RUBY_DESCRIPTION}.
         Versions: #{gems.join(', ')}; Weft #{weft_version}.
+        Load average (1, 5, 15 min) when the page was written: #{load_average}.
       TEXT
+    end
+
+    # The machine is shared with other benchmarks; the load says how much.
+    def load_average
+      File.read("/proc/loadavg").split.first(3).join(", ")
+    rescue SystemCallError
+      "unknown"
     end
 
     def weft_version
