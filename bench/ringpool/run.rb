@@ -124,13 +124,21 @@ module RingpoolBench
       @port = Bench.free_port
       FileUtils.mkdir_p(@dir)
       @log = File.join(@dir, "server.log")
-      env = { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{@port}",
-              "RINGPOOL_SHARDS" => @shards.to_s, "RINGPOOL_SOCKET_DIR" => File.join(@dir, "sockets"),
-              "PUMA_THREADS" => @threads.to_s }
-      command = COMMANDS.fetch(@name).map { |arg| arg.sub("PORT", @port.to_s).sub(/\ASHARDS\z/, @shards.to_s) }
-      @pid = Process.spawn(env, RbConfig.ruby, *command, chdir: ROOT, out: @log, err: @log, pgroup: true)
+      @pid = Process.spawn(environment, RbConfig.ruby, *command, chdir: ROOT, out: @log, err: @log, pgroup: true)
       await
       self
+    end
+
+    # @return [Hash{String => String}] the server's environment (a subclass may add to it)
+    def environment
+      { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{@port}",
+        "RINGPOOL_SHARDS" => @shards.to_s, "RINGPOOL_SOCKET_DIR" => File.join(@dir, "sockets"),
+        "PUMA_THREADS" => @threads.to_s }
+    end
+
+    # @return [Array<String>] the command line after `ruby`, PORT and SHARDS filled in
+    def command
+      COMMANDS.fetch(@name).map { |arg| arg.sub("PORT", @port.to_s).sub(/\ASHARDS\z/, @shards.to_s) }
     end
 
     # @return [String] how the server was run, for the report

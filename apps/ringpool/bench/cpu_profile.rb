@@ -73,16 +73,14 @@ module RingpoolCpuProfile
       super("weft", database_url: database_url, shards: shards, dir: dir)
     end
 
-    def start
-      @port = Bench.free_port
-      FileUtils.mkdir_p(@dir)
-      @log = File.join(@dir, "server.log")
-      env = { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{@port}",
-              "RINGPOOL_SHARDS" => @shards.to_s, "RINGPOOL_SOCKET_DIR" => File.join(@dir, "sockets"),
-              "RINGPOOL_PROFILE_DIR" => @dir }
-      @pid = Process.spawn(env, RbConfig.ruby, "exe/weft", "serve", "-C", CONFIG, chdir: ROOT, out: @log, err: @log, pgroup: true)
-      await
-      self
+    # @return [Hash{String => String}] where the shards write their profiles
+    def environment
+      super.merge("RINGPOOL_PROFILE_DIR" => @dir)
+    end
+
+    # @return [Array<String>] `weft serve` with the profiling config
+    def command
+      ["exe/weft", "serve", "-C", CONFIG]
     end
 
     # @return [Array<Integer>] the shards' pids
