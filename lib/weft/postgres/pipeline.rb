@@ -74,7 +74,7 @@ module Weft
 
       # @param connection [Connection] in pipeline mode
       # @param lock [Thread::Mutex] the pool's lock
-      # @param owner [#pipeline_drained, #pipeline_reopened, #slot_freed, #connection_lost, #unlocked]
+      # @param owner [#pipeline_drained, #pipeline_reopened, #segment_settled, #connection_lost, #unlocked]
       #   the pool
       # @param address [String] the server, for messages
       def initialize(connection, lock, owner, address)
@@ -96,6 +96,8 @@ module Weft
         @abandoned = 0      # abandoned statements in flight
         @draining = false
         @flush_scheduled = false
+        @progress_at = nil  # monotonic time the last segment's sync point came back
+        @slow_in_flight = 0 # statements in flight known to run long
       end
 
       # @return [Integer] statements in flight
@@ -118,17 +120,33 @@ module Weft
       end
 
       # How much a new statement would wait here, for the pool to choose the least loaded
-      # pipeline: the statements in flight, plus `limit` when the oldest of them has waited
-      # longer than `stall_after` seconds (a pipeline whose head runs long holds up everything
-      # behind it). One call per pipeline and choice, as the pool makes a choice per statement.
-      # @return [Integer, nil] nil when it takes no statement now: `limit` in flight, draining,
-      #   or fenced (a cancel request is on its way)
+      # pipeline: the statements in flight, plus `limit` when the statement the server runs has
+      # run longer than `stall_after` seconds (it may be long, and everything sent here waits
+      # for it; see #stalled?). A pipeline with a statement in flight that the pool knows runs
+      # long (Request#slow) takes nothing: a caller is better off waiting for whichever
+      # connection frees up first. One call per pipeline and choice, as the pool makes a choice
+      # per statement.
+      # @return [Integer, nil] nil when it takes no statement now: `limit` in flight, a slow
+      #   statement in flight, draining, or fenced (a cancel request is on its way)
       def load(now, limit, stall_after)
-        return nil if @cancelling || @draining
+        return nil if @cancelling || @draining || @slow_in_flight.positive?
         depth = @queue.size + @segment.size
         return nil if depth >= limit
-        head = @segment.first || @queue.first
-        head && now - head.sent_at > stall_after ? depth + limit : depth
+        head = @queue.first
+        head && now - segment_start(head) > stall_after ? depth + limit : depth
+      end
+
+      # Whether whatever is sent here now would wait for a long statement: one the pool knows
+      # as slow is in flight, or the statement the server runs has run longer than
+      # `stall_after` seconds. That one is the oldest whose results are not in, and it started
+      # when it was sent or when the segment before it ended, whichever is later (the
+      # statements queued behind a long one start when it ends). PostgreSQL sends a segment's
+      # results at its sync point, so progress is seen a segment at a time.
+      # @return [Boolean]
+      def stalled?(now, stall_after)
+        return true if @slow_in_flight.positive?
+        head = @queue.first or return false
+        now - segment_start(head) > stall_after
       end
 
       # Hands a statement to libpq and sends it with the others submitted in this turn of the
@@ -140,6 +158,7 @@ module Weft
         request.sent_at = Timers.now
         request.segment_end = false
         @queue << request
+        @slow_in_flight += 1 if request.slow
         @unsynced += 1
         sync if request.alone
         schedule_flush
@@ -309,10 +328,21 @@ module Weft
       def settle_segment
         segment = @segment
         @segment = []
+        now = Timers.now
+        took = segment.empty? ? 0.0 : now - segment_start(segment.first)
+        @progress_at = now
+        segment.each { |request| @slow_in_flight -= 1 if request.slow }
         clean = @clean
         @clean = true
         clean ? settle_committed(segment) : settle_failed(segment)
+        @owner.segment_settled(self, segment, took)
         in_flight_none? ? release_if_idle : cancel_abandoned_head
+      end
+
+      # When the server started on a segment whose first statement is `first`: when that was
+      # sent, or when the segment before it ended, whichever is later.
+      def segment_start(first)
+        @progress_at && @progress_at > first.sent_at ? @progress_at : first.sent_at
       end
 
       # Every statement of the segment succeeded: each caller gets its result.
@@ -323,7 +353,6 @@ module Weft
             @abandoned -= 1
           end
           request.settle
-          @owner.slot_freed(self)
         end
       end
 
@@ -339,11 +368,9 @@ module Weft
           elsif retry?(request, failed, segment.size)
             request.result&.clear
             resend(request)
-            next
           else
             deliver(request)
           end
-          @owner.slot_freed(self)
         end
       end
 
@@ -416,6 +443,7 @@ module Weft
         @segment = []
         @unsynced = 0
         @abandoned = 0
+        @slow_in_flight = 0
         @clean = true
         message = lost_message(error)
         failed.each do |request|

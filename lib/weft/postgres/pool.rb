@@ -8,6 +8,7 @@ require_relative "pipeline"
 require_relative "request"
 require_relative "background"
 require_relative "lease"
+require_relative "slow_statements"
 require_relative "../timers"
 require_relative "../deadline"
 require_relative "../renamed_options"
@@ -39,10 +40,11 @@ module Weft
     class Pool
       # Statements in flight on one shared connection, at most.
       DEFAULT_PIPELINE_DEPTH = 64
-      # A shared connection whose head statement has run this long (seconds) is avoided while
-      # another has room: the statements behind it would wait for it. Short statements take
-      # well under a millisecond on a healthy server; 2 ms did better than 10 ms in the
-      # benchmark with a slow statement every N requests.
+      # A shared connection whose statement at the head has run this long (seconds) is avoided
+      # while another has room: the statements behind it would wait for it. Short statements
+      # take well under a millisecond on a healthy server; 2 ms did better than 10 ms in the
+      # benchmark with a slow statement every N requests. One the pool has seen run long
+      # (SlowStatements) is kept apart from the start (see docs/postgres.md, "Routing").
       STALL_AFTER = 0.002
       # Seconds a connection given back after an interrupted statement may take to be made
       # usable again (cancel, drain, rollback) before it is closed instead.
@@ -122,6 +124,7 @@ module Weft
         @on_connect = on_connect
         @connector = connector
         @closed = false
+        @slow_statements = SlowStatements.new
         reset_state
       end
 
@@ -324,9 +327,12 @@ module Weft
 
       # --- Called by Pipeline, under the lock ---------------------------------------------
 
-      # @api private: a statement finished, so a slot is free on this pipeline.
-      def slot_freed(_pipeline)
-        @slot_freed.signal if @waiting.positive?
+      # @api private: a segment's statements finished, in `seconds` from its start: the pool
+      # learns which statements run long (SlowStatements), and every waiter looks again, as
+      # slots are free on this pipeline and it is no longer stalled.
+      def segment_settled(_pipeline, requests, seconds)
+        @slow_statements.observe_segment(requests, seconds)
+        @slot_freed.broadcast if @waiting.positive?
       end
 
       # @api private: the pipeline takes statements again after a cancel request.
@@ -420,7 +426,8 @@ module Weft
       # --- Shared use ---------------------------------------------------------------------------
 
       # A pipeline with a free slot: a free connection if there is one, a new one while below
-      # the limit, else the least loaded shared connection; waits when all are full.
+      # the limit, else the least loaded shared connection (Pipeline#load); waits when all are
+      # full or carry a statement known to run long, and then goes to the first that frees up.
       def shared_pipeline
         deadline = nil
         loop do
@@ -451,8 +458,14 @@ module Weft
       end
 
       # Sends the statement down a shared connection and waits for its result (under the lock).
+      # One seen running long goes in a segment of its own, and nothing follows it down its
+      # connection until it ends (Pipeline#stalled?).
       def pipelined(sql, params)
         request = Request.new(sql, params)
+        if @slow_statements.slow?(sql)
+          request.slow = true
+          request.alone = true
+        end
         pipeline = shared_pipeline
         pipeline.submit(request)
         @queries += 1
@@ -464,8 +477,10 @@ module Weft
 
       def run_alone(connection, sql, params)
         clean = false
+        started = Timers.now
         result = interruptible(ANYWHERE) { connection.raw.exec_params(sql, params) }
         clean = true
+        @lock.synchronize { @slow_statements.observe(sql, Timers.now - started) }
         result
       ensure
         interruptible(NOWHERE) { checkin_pinned(connection, clean) }
@@ -595,13 +610,19 @@ module Weft
         end
       end
 
-      # Marks the least loaded shared connection as draining (unless one is already) and
-      # returns a draining one that nobody is reading, if any.
+      # Marks shared connections as draining, one for each caller waiting to pin that has no
+      # connection yet, so that several waiters are served at once; the one to drain next is
+      # the one likely to empty soonest (not stalled on a long statement, then the fewest
+      # statements in flight). Returns a draining one that nobody is reading, if any.
       def pipeline_to_drain
-        if @shared.none? { |connection| connection.pipeline.draining? }
-          @shared.min_by { |connection| connection.pipeline.depth }&.pipeline&.draining = true
+        pipelines = @shared.map(&:pipeline)
+        unserved = @pin_queue.count { |ticket| ticket.connection.nil? }
+        if pipelines.count(&:draining?) < unserved
+          now = Timers.now
+          candidates = pipelines.reject(&:draining?)
+          candidates.min_by { |pipeline| [pipeline.stalled?(now, STALL_AFTER) ? 1 : 0, pipeline.depth] }&.draining = true
         end
-        @shared.map(&:pipeline).find { |pipeline| pipeline.draining? && !pipeline.reading? }
+        pipelines.find { |pipeline| pipeline.draining? && !pipeline.reading? }
       end
 
       # Reads out a draining pipeline whose callers all left, for as long as the deadline allows.

@@ -25,6 +25,9 @@ module Weft
       # @return [Boolean] whether it must be sent in a segment of its own (no other statement
       #   in its transaction)
       attr_accessor :alone
+      # @return [Boolean] whether the pool has seen it run long (see SlowStatements): it is sent
+      #   alone, and no other statement is sent down its connection until it ends
+      attr_accessor :slow
       # @return [Boolean] whether a sync point followed it (it ends its segment)
       attr_accessor :segment_end
       # @return [Integer] how often it was sent again because its segment was rolled back
@@ -38,6 +41,7 @@ module Weft
         @result = nil
         @exposed = false
         @alone = false
+        @slow = false
         @segment_end = false
         @resent = 0
         @settled = false

@@ -1,0 +1,68 @@
+# frozen_string_literal: true
+
+module Weft
+  module Postgres
+    # The statements (by their exact SQL text) a pool has seen run long, so that it keeps them
+    # apart from the others: statements that share a connection run one after the other, and a
+    # short one sent behind a long one waits for all of it (head-of-line blocking). A pipelined
+    # segment's time is all the pool can see of its statements, so a slow segment makes every
+    # statement in it suspect; a suspect that later runs quickly, alone or with others, is
+    # cleared. A wrong suspicion only costs that statement one trip without company.
+    #
+    # Bounded: past MEMORY texts the one seen slow longest ago is forgotten (texts with literal
+    # values in them, as ActiveRecord writes without prepared statements, are seldom repeated).
+    # Used under the pool's lock.
+    class SlowStatements
+      # Seconds from which a statement (or a segment of them) counts as long: many times what a
+      # short statement takes, far less than what a caller queued behind a long one would mind.
+      LONG = 0.01
+      # Texts remembered at most.
+      MEMORY = 256
+
+      def initialize
+        @texts = {} # SQL => true, the most recently seen slow last
+      end
+
+      # @param sql [String]
+      # @return [Boolean] whether the statement was seen running long (and not quickly since)
+      def slow?(sql)
+        !@texts.empty? && @texts.key?(sql)
+      end
+
+      # Records how long a segment of pipelined statements took, from the first one's start to
+      # the sync point after the last.
+      # @param requests [Array<Request>] the segment's statements
+      # @param seconds [Float]
+      # @return [void]
+      def observe_segment(requests, seconds)
+        if seconds >= LONG
+          requests.each { |request| remember(request.sql) }
+        elsif !@texts.empty?
+          requests.each { |request| @texts.delete(request.sql) }
+        end
+        nil
+      end
+
+      # Records how long one statement sent alone took.
+      # @param sql [String]
+      # @param seconds [Float]
+      # @return [void]
+      def observe(sql, seconds)
+        if seconds >= LONG
+          remember(sql)
+        elsif !@texts.empty?
+          @texts.delete(sql)
+        end
+        nil
+      end
+
+      private
+
+      def remember(sql)
+        @texts.delete(sql)
+        @texts[sql] = true
+        @texts.shift if @texts.size > MEMORY
+      end
+    end
+  end
+end

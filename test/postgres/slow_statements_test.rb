@@ -1,0 +1,45 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "weft/postgres"
+
+# What the pool remembers of statements that ran long (Weft::Postgres::SlowStatements).
+class PostgresSlowStatementsTest < Minitest::Test
+  LONG = Weft::Postgres::SlowStatements::LONG
+
+  Statement = Struct.new(:sql)
+
+  def setup
+    @slow = Weft::Postgres::SlowStatements.new
+  end
+
+  def test_a_statement_that_ran_long_alone_is_slow_until_it_runs_quickly
+    @slow.observe("select pg_sleep(1)", LONG * 2)
+    assert @slow.slow?("select pg_sleep(1)")
+    refute @slow.slow?("select 1")
+    @slow.observe("select pg_sleep(1)", LONG / 10)
+    refute @slow.slow?("select pg_sleep(1)")
+  end
+
+  def test_a_slow_segment_makes_each_of_its_statements_suspect_and_a_quick_one_clears_them
+    segment = [Statement.new("select 1"), Statement.new("select pg_sleep(1)")]
+    @slow.observe_segment(segment, LONG * 2)
+    assert @slow.slow?("select 1")
+    assert @slow.slow?("select pg_sleep(1)")
+    @slow.observe_segment([Statement.new("select 1"), Statement.new("select 2")], LONG / 10)
+    refute @slow.slow?("select 1")
+    assert @slow.slow?("select pg_sleep(1)")
+  end
+
+  def test_memory_is_bounded_and_forgets_the_longest_unseen_first
+    memory = Weft::Postgres::SlowStatements::MEMORY
+    @slow.observe("first", LONG)
+    (1..memory).each do |i|
+      @slow.observe("first", LONG) if i == memory / 2 # seen slow again: kept longer
+      @slow.observe("statement #{i}", LONG)
+    end
+    assert @slow.slow?("first")
+    refute @slow.slow?("statement 1")
+    assert @slow.slow?("statement #{memory}")
+  end
+end
