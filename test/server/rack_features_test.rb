@@ -126,6 +126,86 @@ class ServerRackFeaturesTest < Minitest::Test
     end
   end
 
+  def test_streaming_body_gets_bytes_sent_with_the_request_first
+    app = lambda do |_env|
+      body = proc do |stream|
+        first = stream.read(5) # already buffered: came in the request's packet
+        rest = stream.read               # then the socket, until the client shuts its side
+        stream.write("got:#{first}|#{rest}")
+        stream.close
+      end
+      [200, {}, body]
+    end
+    with_server(app) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\nearly")
+      sleep 0.05
+      socket.write("later")
+      socket.close_write
+      assert socket.read.end_with?("\r\n\r\ngot:early|later")
+    end
+  end
+
+  # read_partial is beyond Rack's stream interface (Rack::Lint's wrapper hides it), as on IO.
+  def test_streaming_body_read_partial_at_the_end_raises_eof_error
+    outcome = Queue.new
+    app = lambda do |_env|
+      body = proc do |stream|
+        outcome << stream.read_partial(10)
+        begin
+          stream.read_partial(10)
+        rescue EOFError => e
+          outcome << e
+        end
+        outcome << stream.read(10) # IO#read: nil at the end when asked for bytes
+        stream.close
+      end
+      [200, {}, body]
+    end
+    with_server(app, lint: false) do |server, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\nbye")
+      socket.close_write
+      assert_equal "bye", pop_within(outcome, 2)
+      assert_kind_of EOFError, pop_within(outcome, 2)
+      assert_nil pop_within(outcome, 2)
+      socket.read
+      socket.close
+      assert_equal 0, server.open_connections
+    end
+  end
+
+  def test_streaming_body_write_to_a_client_that_went_away_raises_io_error
+    outcome = Queue.new
+    app = lambda do |_env|
+      body = proc do |stream|
+        stream.read(2) # wait for the client's signal, then it resets the connection
+        sleep 0.1
+        begin
+          200.times { stream.write("x" * 65_536) }
+          outcome << :no_error
+        rescue IOError => e
+          outcome << e
+        ensure
+          stream.close
+        end
+      end
+      [200, {}, body]
+    end
+    with_server(app) do |server, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\ngo")
+      head = +""
+      head << socket.readpartial(4096) until head.include?("\r\n\r\n") # the app has the stream
+      socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii")) # close = RST
+      socket.close
+      error = pop_within(outcome, 5)
+      assert_kind_of IOError, error
+      assert_match(/closed by the client/, error.message)
+      assert_equal 0, server.open_connections
+    end
+  end
+
   def test_partial_hijack
     app = lambda do |env|
       assert env["rack.hijack?"]
@@ -169,7 +249,7 @@ class ServerRackFeaturesTest < Minitest::Test
     end
     with_server(app) do |_, port|
       http_get(port, "/done")
-      assert_equal ["/done", 201, nil], calls.pop(timeout: 2)
+      assert_equal ["/done", 201, nil], pop_within(calls, 2)
     end
   end
 

@@ -130,9 +130,7 @@ module Weft
       # Hands the socket to the application (full hijack): the server forgets it.
       # @return [IO]
       def hijack
-        @detached = true
-        @host.forget(self)
-        @stream.io
+        detach.io
       end
 
       # @return [Boolean] whether the app took the socket (hijack or streaming body)
@@ -146,9 +144,13 @@ module Weft
         @host.stopping?
       end
 
-      # @api private: bytes received beyond the current request (for a hijacked stream).
-      def take_buffered
-        @stream.take_buffered
+      # Hands the connection's stream to the application (partial hijack, streaming body): the
+      # server forgets the connection, the app reads and writes through Server::Stream.
+      # @return [Weft::Stream] with the bytes received beyond the current request still buffered
+      def detach
+        @detached = true
+        @host.forget(self)
+        @stream
       end
 
       # --- I/O primitives used by RequestBody, ResponseWriter and Stream ----------------------

@@ -5,50 +5,62 @@ module Weft
     # The bidirectional stream given to a Rack 3 streaming body (`body.call(stream)`) and to a
     # partial hijack callback: raw bytes in both directions over the connection, after the
     # response head. The app owns it and closes it.
+    #
+    # It reads and writes through the connection's Weft::Stream, so bytes the client sent after
+    # the request (already in the connection's buffer) come first, TLS works the same, and every
+    # way the client can go away is one error. Reads wait as long as the app likes (a WebSocket
+    # may be quiet for minutes); each write waits at most the server's write_timeout for the
+    # client to take bytes, like a response body.
     class Stream
       READ_SIZE = 16_384
 
       def initialize(connection)
         @connection = connection
-        @io = connection.hijack
-        @pending = connection.take_buffered # bytes the client sent after the request
+        @stream = connection.detach
       end
 
       def inspect
         "#<#{self.class.name} #{@connection.inspect}>"
       end
 
-      # Reads up to `length` bytes (all until EOF when nil), like IO#read. Socket reads go
-      # through one scratch buffer per stream rather than a new string each.
+      # Reads `length` bytes, fewer at end of stream, or everything until the end when `length`
+      # is nil; like IO#read. A client that goes away ends the stream.
+      # @param buffer [String, nil] filled with the bytes (its content replaced) when given
+      # @return [String, nil] nil at end of stream when `length` is positive
       def read(length = nil, buffer = nil)
         data = String.new(encoding: Encoding::BINARY)
-        data << @pending.slice!(0, length || @pending.bytesize)
         scratch = (@scratch ||= String.new(capacity: READ_SIZE, encoding: Encoding::BINARY))
         begin
           while length.nil? || data.bytesize < length
-            data << @io.readpartial(length ? [length - data.bytesize, READ_SIZE].min : READ_SIZE, scratch)
-            break if length && data.bytesize >= length
+            size = length ? [length - data.bytesize, READ_SIZE].min : READ_SIZE
+            break unless @stream.read_partial(size, scratch, nil)
+            data << scratch
           end
-        rescue EOFError, IOError, SystemCallError
-          nil
+        rescue Weft::ConnectionLost
+          nil # the end of the stream, as far as the app is concerned
         end
         return nil if data.empty? && length&.positive?
         buffer ? buffer.replace(data) : data
       end
 
-      # Reads whatever is available, waiting for at least one byte; raises EOFError at the end.
+      # Reads whatever is available, waiting for at least one byte; like IO#readpartial.
+      # @return [String]
+      # @raise [EOFError] at end of stream
+      # @raise [IOError] when the client broke the connection
       def read_partial(length = READ_SIZE)
-        return @pending.slice!(0, length) unless @pending.empty?
-        @io.readpartial(length)
+        @stream.read_partial(length, nil, nil) or raise EOFError, "end of stream"
+      rescue Weft::ConnectionLost => e
+        raise IOError, "stream closed by the client: #{e.message}"
       end
       alias readpartial read_partial
 
       # @return [Integer] bytes written
+      # @raise [IOError] when the client went away or took nothing for write_timeout
       def write(data)
         data = data.to_s
         @connection.write(data)
         data.bytesize
-      rescue Connection::ClientGone, Connection::ClientTimeout => e
+      rescue Weft::ConnectionLost, Weft::ConnectionStalled => e
         raise IOError, "stream closed by the client: #{e.message}"
       end
 
@@ -65,28 +77,31 @@ module Weft
 
       # Stops reading (shuts down the socket's read side).
       def close_read
-        @io.close_read if @io.respond_to?(:close_read) && !@io.closed?
-      rescue IOError, SystemCallError
-        nil
+        shut(:close_read)
       end
 
       # Stops writing (the client sees end of stream), reading may go on.
       def close_write
-        @io.close_write if @io.respond_to?(:close_write) && !@io.closed?
-      rescue IOError, SystemCallError
-        nil
+        shut(:close_write)
       end
 
       # Closes the connection.
       def close
-        @io.close unless @io.closed?
-      rescue IOError, SystemCallError
-        nil
+        @stream.close
       end
 
       # @return [Boolean]
       def closed?
-        @io.closed?
+        @stream.closed?
+      end
+
+      private
+
+      def shut(direction)
+        io = @stream.io
+        io.public_send(direction) if io.respond_to?(direction) && !io.closed?
+      rescue IOError, SystemCallError
+        nil
       end
     end
   end

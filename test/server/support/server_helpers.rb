@@ -3,6 +3,7 @@
 require "net/http"
 require "logger"
 require "stringio"
+require "timeout"
 require "rack/lint"
 require "weft/server"
 
@@ -98,6 +99,12 @@ module Weft
         true
       rescue IO::WaitReadable
         false
+      end
+
+      # The next item of `queue`, waiting at most `seconds` (then Timeout::Error). Not
+      # Queue#pop(timeout:), which Ruby 3.1 reads as pop(non_block) and so never waits.
+      def pop_within(queue, seconds)
+        Timeout.timeout(seconds) { queue.pop }
       end
     end
   end
