@@ -93,11 +93,13 @@ module RingpoolBench
         second or more (Weft's stall report; on a starved machine, mostly a process waiting for a
         CPU), and a shard's ownership upkeep failing (its statements on PostgreSQL took more than
         3–4 s; it then drops all its pools, whose items get `shard_unavailable`, until the upkeep
-        works again; Weft's log only).
+        works again; Weft's log only), and a peer's breaker opening (a shard stops calling a peer
+        for its open time, then ramps: that peer's items get `shard_unavailable` meanwhile; the
+        app logs it, under any server).
       TEXT
       report.table(["offered req/s", "tracked", "exhausted", "shard_unavailable", "storage_unavailable", "item errors",
                     "expected exhausted", "CPU ringpool", "CPU PostgreSQL", "CPU JMeter", "machine busy",
-                    "reactor stalls ≥ 1 s", "ownership upkeep failed", "load average before"],
+                    "reactor stalls ≥ 1 s", "ownership upkeep failed", "breakers opened", "load average before"],
                    run.steps.map { |step| items_row(step) })
       report.paragraph(busiest(run))
     end
@@ -186,7 +188,7 @@ module RingpoolBench
       percent = ->(share) { format("%.1f%%", share * 100) }
       [step.rate, *JMeter::KINDS.map { |kind| percent.call(step.share(kind)) }, percent.call(expected_exhausted(step)),
        *%i[server postgres jmeter].map { |key| format("%.0f%%", step.cpu[key] * 100) }, percent.call(step.cpu[:machine]),
-       step.warnings[:stalls], step.warnings[:ownership_lost], step.load_before]
+       step.warnings[:stalls], step.warnings[:ownership_lost], step.warnings[:breakers_opened], step.load_before]
     end
 
     # The exhausted share Erlang's formula expects at the items/s the owners decided on (tracked

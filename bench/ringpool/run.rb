@@ -164,12 +164,13 @@ module RingpoolBench
 
     # The server's warnings between two instants, by kind: the reactor held by one piece of code
     # for a second or more (Weft's stall report: the process got no CPU, or ran something long),
-    # and a shard's ownership upkeep failing (it then drops its pools until the upkeep works).
+    # a shard's ownership upkeep failing (it then drops its pools until the upkeep works), and a
+    # peer's breaker opening (Ringpool::FanOut logs each change of state).
     # @param from [Integer] ms since the epoch
     # @param to [Integer]
-    # @return [Hash{Symbol=>Integer}] :stalls, :ownership_lost
+    # @return [Hash{Symbol=>Integer}] :stalls, :ownership_lost, :breakers_opened
     def warnings(from, to)
-      counts = { stalls: 0, ownership_lost: 0 }
+      counts = { stalls: 0, ownership_lost: 0, breakers_opened: 0 }
       return counts unless File.exist?(@log)
 
       File.foreach(@log) do |line|
@@ -180,6 +181,7 @@ module RingpoolBench
 
         counts[:stalls] += 1 if line.include?("reactor stalled (worker")
         counts[:ownership_lost] += 1 if line.include?("holding no pools")
+        counts[:breakers_opened] += 1 if line.match?(/ringpool: breaker of peer \S+ \w+ -> open /)
       end
       counts
     end

@@ -133,7 +133,7 @@ module RingpoolCpuProfile
   # @return [Hash] :cpu_us, :postgres_us and :objects per request, :answers (wrk's counts)
   def measure(server, postmaster, requests, connections, bodies)
     counters = -> { server.signal("USR2") && sleep(0.3) && read_counters }
-    before_objects = counters.call
+    before_counters = counters.call
     table = RingpoolBench::Procfs.processes
     before = [RingpoolBench::Procfs.tree_cpu(table, server.pid), RingpoolBench::Procfs.tree_cpu(table, postmaster)]
     load_before = File.read("/proc/loadavg").split.first(3).join(" ")
@@ -142,15 +142,21 @@ module RingpoolCpuProfile
     peer_calls = server.peer_calls - calls_before
     table = RingpoolBench::Procfs.processes
     after = [RingpoolBench::Procfs.tree_cpu(table, server.pid), RingpoolBench::Procfs.tree_cpu(table, postmaster)]
-    after_objects = counters.call
+    after_counters = counters.call
+    per_request = ->(key) { (after_counters[key] - before_counters[key]).fdiv(answers["answered"]) }
     { cpu_us: (after[0] - before[0]) * 1e6 / answers["answered"], postgres_us: (after[1] - before[1]) * 1e6 / answers["answered"],
-      objects: (after_objects - before_objects).fdiv(answers["answered"]), peer_calls: peer_calls.fdiv(answers["answered"]),
+      objects: per_request.call("objects"), peer_calls: peer_calls.fdiv(answers["answered"]),
+      minor_gc: per_request.call("minor_gc"), major_gc: per_request.call("major_gc"), gc_ms: per_request.call("gc_ms"),
       answers: answers, load: load_before }
   end
 
-  # @return [Integer] objects allocated so far by every shard (their last counters line)
+  COUNTERS = %w[objects minor_gc major_gc gc_ms].freeze
+
+  # @return [Hash{String => Numeric}] objects allocated, GC runs (minor, major) and milliseconds
+  #   in GC so far, summed over every shard (their last counters lines)
   def read_counters
-    Dir.glob(File.join(TMP, "counters-*.jsonl")).sum { |path| JSON.parse(File.readlines(path).last)["objects"] }
+    lines = Dir.glob(File.join(TMP, "counters-*.jsonl")).map { |path| JSON.parse(File.readlines(path).last) }
+    COUNTERS.to_h { |key| [key, lines.sum { |line| line.fetch(key) }] }
   end
 
   # @return [Hash] StackProf's merged results (:frames, :raw) and wrk's counts
@@ -229,6 +235,9 @@ module RingpoolCpuProfile
     out << format("- **shards' CPU: %.0f µs per request** (%.1f µs per item); PostgreSQL %.0f µs per request\n", cpu, cpu / config.items,
                   measured[:postgres_us])
     out << format("- objects allocated by the shards: %.0f per request; peer calls: %.2f per request\n", measured[:objects], measured[:peer_calls])
+    gc_runs = measured[:minor_gc] + measured[:major_gc]
+    out << format("- GC in the shards: %.0f µs per request; %.2f minor and %.3f major runs per request (%.1f ms a run on average)\n",
+                  measured[:gc_ms] * 1000, measured[:minor_gc], measured[:major_gc], gc_runs.positive? ? measured[:gc_ms] / gc_runs : 0)
     out << format("- answers: %d requests, %d failed; items %s\n", answers["answered"], answers["failed"],
                   %w[tracked exhausted shard_unavailable storage_unavailable item_errors].map { |kind| "#{kind} #{(100.0 * answers[kind] / items).round(1)}%" }.join(", "))
     stacks = samples(profile[:results])

@@ -5,8 +5,8 @@
 #
 #   SIGUSR1  start StackProf (cpu mode, raw stacks); sent again, stop it and write the results
 #            to $RINGPOOL_PROFILE_DIR/stackprof-PID.dump (Marshal)
-#   SIGUSR2  append the worker's counters (CPU seconds, objects allocated, GC runs) as a JSON
-#            line to $RINGPOOL_PROFILE_DIR/counters-PID.jsonl
+#   SIGUSR2  append the worker's counters (CPU seconds, objects allocated, GC runs minor and
+#            major, milliseconds in GC) as a JSON line to $RINGPOOL_PROFILE_DIR/counters-PID.jsonl
 #
 # The worker resets USR1/USR2 before booting the app (Weft's cluster ignores them in workers):
 # these traps are set after that, in after_worker_boot. Send them to the workers, never to the
@@ -30,7 +30,8 @@ after_worker_boot do |_index|
   end
   Signal.trap("USR2") do
     counters = { "cpu" => Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID),
-                 "objects" => GC.stat(:total_allocated_objects), "gc" => GC.count }
+                 "objects" => GC.stat(:total_allocated_objects), "gc" => GC.count,
+                 "minor_gc" => GC.stat(:minor_gc_count), "major_gc" => GC.stat(:major_gc_count), "gc_ms" => GC.stat(:time) }
     File.write(File.join(dir, "counters-#{Process.pid}.jsonl"), "#{JSON.generate(counters)}\n", mode: "a")
   end
 end

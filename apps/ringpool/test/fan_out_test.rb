@@ -148,6 +148,51 @@ class RingpoolFanOutTest < Minitest::Test
     end
   end
 
+  # A peer that takes all the time it is told it has (its INSERT is slow: it answers at its
+  # deadline, with storage_unavailable) still answers before the caller gives up, so its calls
+  # count as successes and its breaker stays closed.
+  def test_a_peer_using_all_its_time_answers_in_time_and_keeps_its_breaker_closed
+    told = Queue.new
+    peer = lambda do |env|
+      seconds = Float(env["HTTP_RINGPOOL_DEADLINE"])
+      told << seconds
+      count = JSON.parse(env["rack.input"].read)["items"].size
+      sleep seconds
+      [200, { "content-type" => "application/json" }, [JSON.generate({ "results" => ["storage_unavailable"] * count })]]
+    end
+    Dir.mktmpdir do |dir|
+      server = Weft::Server.new(peer, binds: ["unix://#{dir}/peer.sock"], shutdown_timeout: 1)
+      thread = Thread.new { server.run }
+      url = "unix://#{dir}/peer.sock"
+      fan_out = Ringpool::FanOut.new(breaker: { window_calls: 4, minimum_calls: 4 })
+      # 0.5 s: the share left for the way back (100 ms) holds on a machine busy with other jobs.
+      answers = Array.new(4) { Weft.run { Weft.deadline(0.5) { fan_out.call({ url => items(2) }) } }.fetch(url) }
+      assert_equal [["+15550999999", "storage_unavailable"]] * 8, answers.flatten.map { |a| [a.number, a.reason] }
+      assert_equal :closed, fan_out.breaker(url).state
+      assert_operator told.pop, :<=, 0.5 * Ringpool::FanOut::REPLY_SHARE
+    ensure
+      fan_out&.close
+      server&.stop
+      thread&.join(5)
+    end
+  end
+
+  # A request that collects its answers only after its deadline passed (its own INSERT took
+  # that long) still gets the peer's numbers when the call had ended: they are stored.
+  def test_answers_that_arrived_are_used_after_the_deadline
+    with_peers do |urls|
+      fan_out = Ringpool::FanOut.new
+      answers = Weft.run do
+        tickets = Weft.deadline(0.1) { fan_out.dispatch({ urls["good"] => items(2) }) }
+        sleep 0.2 # the call ends meanwhile, and the deadline passes
+        fan_out.results(tickets)
+      end
+      assert_equal [["+15550000000", false], ["+15550000001", false]], answers[urls["good"]].map { |a| [a.number, a.overflow?] }
+    ensure
+      fan_out&.close
+    end
+  end
+
   def test_connections_are_kept_alive
     with_peers do |urls|
       fan_out = Ringpool::FanOut.new

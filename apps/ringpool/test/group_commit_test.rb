@@ -33,7 +33,7 @@ class RingpoolGroupCommitTest < Minitest::Test
       sleep 0.01 # the first INSERT is running now
       later = Array.new(3) { |i| Weft.spawn { commit.submit([[:"c#{i}", "{}"]]).wait } }
       assert_equal({ [:a, 0] => true, [:b, 0] => true }, first.first.wait)
-      assert_same first.first, first.last, "the two requests of one turn wait on one INSERT"
+      assert_equal first.first.wait, first.last.wait, "the two requests of one turn wait on one INSERT"
       assert_equal [true] * 3, Weft.gather(later), "every row stored: told by the count alone"
     end
     assert_equal [%i[a refused b], %i[c0 c1 c2]], store.statements
@@ -58,6 +58,23 @@ class RingpoolGroupCommitTest < Minitest::Test
       commit = Ringpool::GroupCommit.new(store, in_flight: 1, timeout: 0.1)
       assert_raises(Timeout::Error) { commit.submit([[:a, "{}"]]).wait }
     end
+  end
+
+  # A request whose deadline passed while its picks waited for the INSERT before theirs has
+  # answered already: its picks are not stored, and its promise says why.
+  def test_picks_whose_deadline_passed_before_their_insert_are_left_out
+    store = RecordingStore.new(0.1)
+    Weft.run do
+      commit = Ringpool::GroupCommit.new(store, in_flight: 1, timeout: 1)
+      first = commit.submit([[:a, "{}"]])
+      sleep 0.01 # the first INSERT is running now
+      late = Weft.deadline(0.03) { commit.submit([[:late, "{}"]]) }
+      on_time = commit.submit([[:b, "{}"]])
+      assert_equal true, first.wait
+      assert_equal true, on_time.wait
+      assert_raises(Weft::DeadlineExceeded) { late.wait }
+    end
+    assert_equal [[:a], [:b]], store.statements
   end
 
   def test_with_two_in_flight_a_second_insert_starts_while_the_first_runs

@@ -121,7 +121,8 @@ module Ringpool
     # request's deadline does not reach: when the deadline passes first, the items are answered
     # with the overflow number at once and the INSERT is left to finish (within
     # LATE_STORE_TIMEOUT); what it stored stays locked out (unused: a wasted lockout, never a
-    # double allocation), what it did not is undone. Cancelling it instead would make
+    # double allocation), what it did not is undone. Picks still waiting for their INSERT to
+    # start when the deadline passes are left out of it (GroupCommit) and undone the same way. Cancelling it instead would make
     # PostgreSQL throw the work away and cost a cancel request, and under load that feeds on
     # itself: measured, 50 ms deadlines on a busy machine cut a shard from ~120 to ~30
     # requests/s when statements were cancelled.

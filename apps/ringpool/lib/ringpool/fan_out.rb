@@ -25,7 +25,15 @@ module Ringpool
   # missing the deadline is not called at all for a while (its items get the overflow number
   # without waiting for the deadline), then gets a rising share of the calls again (the
   # breaker's ramp). Breakers are registered as "ringpool peer URL", so Weft's server
-  # statistics list them.
+  # statistics list them; their changes of state are logged (warnings).
+  #
+  # The peer is given less time than the caller waits (REPLY_SHARE of it), so that a peer whose
+  # own PostgreSQL INSERT is slow still answers in time, with `storage_unavailable` for the
+  # items it could not store: slow storage is not a slow peer. When both ends had the same
+  # deadline, the peer's answer raced the caller's timer and lost, each such call counted
+  # against the peer, and at 400 requests/s on a busy machine a few slow INSERTs opened the
+  # breakers, which then shed every item of a healthy peer for their open time and ramp
+  # (bench/results/ringpool-throughput/5-*.md).
   class FanOut
     PATH = "/shard/allocations"
     REPORT_PATH = "/shard/report"
@@ -34,6 +42,10 @@ module Ringpool
     DEADLINE_HEADER = "ringpool-deadline"
     # Calls to one peer at once (see the class comment).
     CALLS_IN_FLIGHT = 2
+    # The share of the caller's remaining time the peer is told it has (see the class comment);
+    # the rest, 10 ms of a 50 ms deadline, carries the answer back: the peer's JSON, the socket,
+    # the caller's parse, and a reactor turn or two on a busy machine.
+    REPLY_SHARE = 0.8
 
     # A peer's answer that cannot be used: it counts as a failure of the peer.
     class BadAnswer < StandardError; end
@@ -129,7 +141,11 @@ module Ringpool
     # @param url [String]
     # @return [Weft::CircuitBreaker] the peer's breaker
     def breaker(url)
-      @breakers[url] ||= Weft::CircuitBreaker.new("ringpool peer #{url}", **@breaker_options)
+      @breakers[url] ||= Weft::CircuitBreaker.new("ringpool peer #{url}", **@breaker_options).on_change do |breaker, from, to|
+        counts = breaker.statistics
+        Weft.logger.warn("ringpool: breaker of peer #{url} #{from} -> #{to} (#{counts[:failures]} failed, " \
+                         "#{counts[:successes]} succeeded, #{counts[:rejected]} refused so far)")
+      end
     end
 
     # Closes every peer connection.
@@ -189,12 +205,17 @@ module Ringpool
     end
 
     # One request's answers from its batch, or the overflow numbers when the batch failed or
-    # the request's deadline passed first.
+    # the request's deadline passed before it ended. A batch that has ended is used however late
+    # the request collects it (its own INSERT may have taken it past its deadline): the peer
+    # stored those numbers, and overflow numbers instead would waste their lockouts.
     def answers(ticket)
       promise = ticket.batch.promise
-      timeout = ticket.deadline - now
-      return fallback(ticket.items) if promise.pending? && timeout <= 0
-      promise.wait(timeout: timeout.finite? ? timeout : nil)[ticket.offset, ticket.items.size]
+      if promise.pending?
+        timeout = ticket.deadline - now
+        return fallback(ticket.items) if timeout <= 0
+        promise.wait(timeout: timeout.finite? ? timeout : nil)
+      end
+      promise.wait[ticket.offset, ticket.items.size]
     rescue StandardError # the deadline passed, or the call failed: its items fall back
       fallback(ticket.items)
     end
@@ -208,7 +229,7 @@ module Ringpool
       body << "]}"
       headers = { "content-type" => "application/json" }
       remaining = Weft.remaining
-      headers[DEADLINE_HEADER] = format("%.6f", remaining) if remaining
+      headers[DEADLINE_HEADER] = format("%.6f", remaining * REPLY_SHARE) if remaining
       read(client(url).post(PATH, body: body, headers: headers), items)
     end
 

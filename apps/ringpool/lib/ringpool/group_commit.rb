@@ -12,10 +12,16 @@ module Ringpool
   #
   # The INSERT runs in a task of its own that no request's deadline reaches: a request that
   # stops waiting (its deadline passed) leaves the statement to finish for the others, within
-  # `timeout` seconds.
+  # `timeout` seconds. But the picks of a request whose deadline passed before its group's
+  # INSERT started are left out of it: that request has answered with overflow numbers
+  # already, so storing them would only lock the numbers out for nothing, and under overload
+  # it made PostgreSQL's backlog feed on itself (a group waiting behind a 1 s INSERT held a
+  # second's worth of requests, all answered already, whose INSERT took longer still).
   class GroupCommit
-    # The picks of one INSERT, and the promise of what it stored.
-    Group = Struct.new(:rows, :promise)
+    # The picks of one INSERT: each submission's rows, the promise of what it stored and the
+    # monotonic time its request stops waiting (nil: never).
+    Group = Struct.new(:submissions)
+    Submission = Struct.new(:rows, :promise, :deadline)
 
     # @param store [Store]
     # @param in_flight [Integer] INSERTs at once
@@ -29,20 +35,23 @@ module Ringpool
       @starting = false
     end
 
-    # Queues picks for the next INSERT.
+    # Queues picks for the next INSERT, under the caller's deadline (Weft.remaining).
     # @param rows [Array<(PoolState::Pick, String)>] each pick with its params as JSON text
     # @return [Weft::Promise] fulfilled with true when the INSERT stored every row (the usual
     #   case, told by the count alone), else with the keys of the rows it stored
-    #   (`{[number, locked_from] => true}`: see Store#record); or rejected with its error
+    #   (`{[number, locked_from] => true}`: see Store#record); or rejected with its error, or
+    #   with Weft::DeadlineExceeded when the deadline passed before the INSERT started (nothing
+    #   of it stored)
     def submit(rows)
-      group = (@open ||= Group.new([], Weft::Promise.new))
-      group.rows.concat(rows)
+      remaining = Weft.remaining
+      submission = Submission.new(rows, Weft::Promise.new, remaining && Weft::Timers.now + remaining)
+      (@open ||= Group.new([])).submissions << submission
       if @running < @in_flight && !@starting
         @running += 1
         @starting = true
         Weft.spawn(detached: true, name: "ringpool group commit") { flush }
       end
-      group.promise
+      submission.promise
     end
 
     private
@@ -59,13 +68,21 @@ module Ringpool
     end
 
     def store(group)
-      stored = Weft.timeout(@timeout) { @store.record(group.rows) }
-      group.promise.fulfill(stored.size == group.rows.size || stored.to_h { |key| [key, true] })
+      now = Weft::Timers.now
+      late, live = group.submissions.partition { |submission| submission.deadline && submission.deadline <= now }
+      late.each { |submission| submission.promise.reject(Weft::DeadlineExceeded.new("the deadline passed before the INSERT started")) }
+      return if live.empty?
+      rows = live.size == 1 ? live.first.rows : live.flat_map(&:rows)
+      stored = Weft.timeout(@timeout) { @store.record(rows) }
+      outcome = stored.size == rows.size || stored.to_h { |key| [key, true] }
+      live.each { |submission| submission.promise.fulfill(outcome) }
     rescue StandardError => e
-      group.promise.reject(e)
+      live&.each { |submission| submission.promise.reject(e) if submission.promise.pending? }
     ensure
       # Cancelled (the shard is stopping): its waiters learn it as storage trouble.
-      group.promise.reject(IOError.new("the INSERT was cancelled")) if group.promise.pending?
+      group.submissions.each do |submission|
+        submission.promise.reject(IOError.new("the INSERT was cancelled")) if submission.promise.pending?
+      end
     end
   end
 end
