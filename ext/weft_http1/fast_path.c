@@ -15,6 +15,12 @@
  *                       (RackAdapter#finish) writes the response, or the `unsent`
  *                       rest of one that the socket did not take at once
  *
+ *   fast.fill(socket, buffer) -> true / false / nil
+ *                     Weft::Stream#fill_now for a plain socket: appends what the
+ *                     socket holds (true), or finds nothing yet (false) or the end
+ *                     of the stream (nil); raises Weft::ConnectionLost when the
+ *                     peer broke the connection
+ *
  * It does what Server::Connection#serve_one, Server::RackAdapter#call and
  * ResponseWriter.write do for the common request, with none of their Ruby
  * method calls: parse the head (raising Weft::HTTP1::ParseError as
@@ -59,8 +65,9 @@ typedef struct {
 } fast_path;
 
 static VALUE cServer; /* Weft::Server, for its date_line */
+static VALUE eConnectionLost;
 static ID id_call, id_request_bang, id_server_error_bang, id_fill_server_name, id_completed, id_date_line,
-          id_hijack_proc, id_iv_requests, id_iv_hijack_proc, id_iv_detached, id_iv_env;
+          id_hijack_proc, id_message, id_iv_requests, id_iv_hijack_proc, id_iv_detached, id_iv_env;
 static VALUE k_REMOTE_ADDR, k_REQUEST_METHOD, k_SERVER_PROTOCOL, k_PATH_INFO, k_HTTP_HOST,
              k_SERVER_NAME, k_SERVER_PORT, k_rack_input, k_rack_hijack, k_rack_response_finished,
              v_connection_close, v_connection_keep_alive;
@@ -199,6 +206,43 @@ static long send_now(VALUE socket, const char *ptr, long len)
     return n < 0 ? 0 : (long)n;
 }
 
+/* Connection::READ_SIZE: most bytes one read takes */
+#define READ_SIZE 16384
+
+/* FastPath#fill(socket, buffer): see the top of this file. One recv(2) onto the
+ * C stack, then appended: the buffer of an idle connection keeps no spare
+ * capacity (Weft::Stream reads through a shared scratch String for the same
+ * reason). */
+static VALUE fp_fill(VALUE self, VALUE socket, VALUE buffer)
+{
+    char chunk[READ_SIZE];
+    rb_io_t *fptr;
+    ssize_t n;
+    int e;
+
+    (void)get_fp(self);
+    StringValue(buffer);
+    if (!RB_TYPE_P(socket, T_FILE) || !(fptr = RFILE(socket)->fptr) || fptr->fd < 0)
+        rb_raise(eConnectionLost, "IOError: closed stream");
+    do {
+        n = recv(fptr->fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        rb_str_cat(buffer, chunk, (long)n);
+        return Qtrue;
+    }
+    if (n == 0) return Qnil;
+    e = errno;
+    if (e == EAGAIN || e == EWOULDBLOCK) return Qfalse;
+    /* Weft::Stream::PEER_GONE: the errors that mean the connection is gone */
+    if (e == ECONNRESET || e == ECONNABORTED || e == EPIPE || e == ENOTCONN || e == ETIMEDOUT || e == ESHUTDOWN) {
+        VALUE error = rb_syserr_new(e, NULL);
+        rb_raise(eConnectionLost, "%"PRIsVALUE": %"PRIsVALUE, rb_obj_class(error), rb_funcall(error, id_message, 0));
+    }
+    rb_syserr_fail(e, "recv");
+    return Qnil; /* not reached */
+}
+
 struct app_call {
     VALUE app, env;
 };
@@ -329,6 +373,10 @@ void weft_init_fast_path(VALUE mHTTP1)
 {
     VALUE cFast = rb_define_class_under(mHTTP1, "FastPath", rb_cObject);
 
+    /* lib/weft/errors.rb, loaded by the parser's loader first */
+    eConnectionLost = rb_path2class("Weft::ConnectionLost");
+    rb_gc_register_mark_object(eConnectionLost);
+
     id_call = rb_intern("call");
     id_request_bang = rb_intern("request!");
     id_server_error_bang = rb_intern("server_error!");
@@ -336,6 +384,7 @@ void weft_init_fast_path(VALUE mHTTP1)
     id_completed = rb_intern("completed");
     id_date_line = rb_intern("date_line");
     id_hijack_proc = rb_intern("hijack_proc");
+    id_message = rb_intern("message");
     id_iv_requests = rb_intern("@requests");
     id_iv_hijack_proc = rb_intern("@hijack_proc");
     id_iv_detached = rb_intern("@detached");
@@ -356,6 +405,7 @@ void weft_init_fast_path(VALUE mHTTP1)
     rb_define_alloc_func(cFast, fp_alloc);
     rb_define_method(cFast, "initialize", fp_initialize, 8);
     rb_define_method(cFast, "serve", fp_serve, 6);
+    rb_define_method(cFast, "fill", fp_fill, 2);
     rb_define_method(cFast, "in_flight", fp_in_flight, 0);
     rb_define_method(cFast, "server_stopping!", fp_server_stopping, 0);
 }

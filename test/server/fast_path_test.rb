@@ -286,4 +286,31 @@ class ServerFastPathTest < Minitest::Test
       assert_equal "close", response["connection"]
     end
   end
+
+  # FastPath#fill, Connection#fill_now on a plain socket: bytes, nothing yet, end of stream, a
+  # reset (Weft::ConnectionLost, as Weft::Stream#fill_now raises), a closed socket
+  def test_fill
+    fast = Weft::HTTP1::FastPath.new(PLAIN, nil, nil, {}, [], nil, {}, 100)
+    buffer = +"a"
+    Socket.pair(:UNIX, :STREAM) do |ours, theirs|
+      assert_equal false, fast.fill(ours, buffer)
+      theirs.write("bc")
+      assert_equal true, fast.fill(ours, buffer)
+      assert_equal "abc", buffer
+      theirs.close
+      assert_nil fast.fill(ours, buffer)
+    end
+    server = TCPServer.new("127.0.0.1", 0)
+    client = TCPSocket.new("127.0.0.1", server.addr[1])
+    accepted = server.accept
+    client.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii"))
+    client.close # a reset
+    sleep 0.05
+    error = assert_raises(Weft::ConnectionLost) { fast.fill(accepted, buffer) }
+    assert_match(/ECONNRESET/, error.message)
+    accepted.close
+    assert_raises(Weft::ConnectionLost) { fast.fill(accepted, buffer) }
+  ensure
+    server&.close
+  end
 end

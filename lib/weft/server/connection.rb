@@ -254,7 +254,7 @@ module Weft
 
       # @return [Boolean] whether bytes arrived; raises ClientGone at EOF
       def fill_now
-        filled = @stream.fill_now
+        filled = @fast_path ? @fast_path.fill(@socket, @stream.buffer) : @stream.fill_now
         raise ClientGone, "end of stream" if filled.nil?
         filled
       end
