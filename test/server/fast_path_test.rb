@@ -94,6 +94,7 @@ class ServerFastPathTest < Minitest::Test
   def test_env_passes_rack_lint_and_names_the_server
     seen = Queue.new
     app = lambda do |env|
+      env["app.own"] = true # a copy of the frozen template, the app's to change
       seen << [env["SERVER_NAME"], env["SERVER_PORT"], env["REMOTE_ADDR"], env["rack.input"].read, env["HTTP_X_ONE"]]
       [200, { "content-type" => "text/plain" }, ["ok"]]
     end
