@@ -287,7 +287,7 @@ static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE buffer, VALUE 
     p = weft_request_core(parser);
     /* the env holds copies: drop the head as Weft::Stream#consume does */
     if (length >= RSTRING_LEN(buffer)) rb_str_resize(buffer, 0);
-    else rb_str_update(buffer, 0, length, rb_str_new(NULL, 0));
+    else rb_str_drop_bytes(buffer, length); /* pipelined: the next request stays */
     rb_hash_aset(env, k_REMOTE_ADDR, remote_addr);
     requests = NUM2LONG(rb_ivar_get(conn, id_iv_requests)) + 1;
     rb_ivar_set(conn, id_iv_requests, LONG2NUM(requests));

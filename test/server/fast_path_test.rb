@@ -217,15 +217,16 @@ class ServerFastPathTest < Minitest::Test
       raise fatal, "stop" if env["PATH_INFO"] == "/fatal"
       PLAIN.call(env)
     end
-    with_server(app, lint: false) do |_, port|
-      socket = connect(port)
-      socket.write("GET /fatal HTTP/1.1\r\nHost: t\r\n\r\n")
-      assert closed_by_server?(socket)
-      assert_equal ["/fatal", nil], calls.pop(timeout: 2)
-      assert_equal "hello /ok", http_get(port, "/ok").body # the server goes on
-    rescue fatal
-      nil # raised in the server's thread when the reactor passes it on: the server stopped
+    _, err = capture_subprocess_io do
+      with_server(app, lint: false) do |_, port|
+        socket = connect(port)
+        socket.write("GET /fatal HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert closed_by_server?(socket)
+        assert_equal ["/fatal", nil], calls.pop(timeout: 2)
+        assert_equal "hello /ok", http_get(port, "/ok").body # the server goes on
+      end
     end
+    assert_match(/failed and nothing waited for it: .*stop/, err) # the connection's task ended with it
   end
 
   # Array: a full hijack (the app owns the socket)
