@@ -191,17 +191,38 @@ static VALUE date_line(fast_path *fp)
     return fp->date_line;
 }
 
+static VALUE descriptor(VALUE io)
+{
+    return INT2NUM(rb_io_descriptor(io));
+}
+
+/* The socket's file descriptor, or -1 once it is closed (rb_io_descriptor
+ * raises then; the struct's fd field is deprecated since Ruby 3.3). */
+static int socket_fd(VALUE socket)
+{
+    int state = 0;
+    VALUE fd;
+    if (!RB_TYPE_P(socket, T_FILE)) return -1;
+    fd = rb_protect(descriptor, socket, &state);
+    if (state) {
+        rb_set_errinfo(Qnil);
+        return -1;
+    }
+    return NUM2INT(fd);
+}
+
 /* Sends what the socket takes at once. Returns the bytes sent; 0 also when it
  * would block or failed: the Ruby writer then sends the rest, waiting for the
- * socket, and reports a failure as the client gone (Weft::Stream#write). */
+ * socket, and reports a failure as the client gone (Weft::Stream#write). Ruby's
+ * own write buffer of the socket is always empty: Weft::Stream only writes with
+ * write_nonblock. */
 static long send_now(VALUE socket, const char *ptr, long len)
 {
-    rb_io_t *fptr;
+    int fd = socket_fd(socket);
     ssize_t n;
-    if (!RB_TYPE_P(socket, T_FILE) || !(fptr = RFILE(socket)->fptr) || fptr->fd < 0 || fptr->wbuf.len)
-        return 0;
+    if (fd < 0) return 0;
     do {
-        n = send(fptr->fd, ptr, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        n = send(fd, ptr, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     return n < 0 ? 0 : (long)n;
 }
@@ -216,16 +237,14 @@ static long send_now(VALUE socket, const char *ptr, long len)
 static VALUE fp_fill(VALUE self, VALUE socket, VALUE buffer)
 {
     char chunk[READ_SIZE];
-    rb_io_t *fptr;
     ssize_t n;
-    int e;
+    int fd, e;
 
     (void)get_fp(self);
     StringValue(buffer);
-    if (!RB_TYPE_P(socket, T_FILE) || !(fptr = RFILE(socket)->fptr) || fptr->fd < 0)
-        rb_raise(eConnectionLost, "IOError: closed stream");
+    if ((fd = socket_fd(socket)) < 0) rb_raise(eConnectionLost, "IOError: closed stream");
     do {
-        n = recv(fptr->fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+        n = recv(fd, chunk, sizeof(chunk), MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
     if (n > 0) {
         rb_str_cat(buffer, chunk, (long)n);
