@@ -6,6 +6,10 @@
 #   bundle exec ruby bench/server.rb            (BENCH_DURATION=10 seconds per wrk run)
 #   PATH=~/.cache/weft/rubies/ruby-3.3/bin:$PATH RUBY_YJIT_ENABLE=1 bundle exec ruby bench/server.rb
 #                                               (Ruby 3.3 + YJIT; its extension built first, see bin/setup)
+#   BENCH_WEFT_BEFORE=DIR bundle exec ruby bench/server.rb
+#                                               (also another checkout of Weft, its extension built,
+#                                               e.g. `git worktree add --detach DIR <commit>`, on the
+#                                               hello-world rows: before and after a change in one run)
 #
 # Scenarios (all servers: one process, same app bench/server/app.ru, RACK_ENV=production; Iodine
 # and Itsi with one Ruby thread for hello world, their best there, and 16 for the I/O-bound rows):
@@ -37,7 +41,9 @@ module ServerBench
   ROUNDS = Integer(ENV.fetch("BENCH_ROUNDS", "2"))
   # Which servers each kind of row compares: Iodine and Itsi run the app on Ruby threads,
   # one is their fastest for hello world, and 16 let I/O-bound requests overlap.
-  HELLO_SERVERS = ["weft", "puma", "falcon", "iodine -t 1", "itsi -t 1"].freeze
+  BEFORE = ENV["BENCH_WEFT_BEFORE"]&.then { |dir| File.expand_path(dir) }
+  BEFORE_NAME = BEFORE && "weft #{`git -C #{BEFORE} rev-parse --short HEAD`.strip}"
+  HELLO_SERVERS = ["weft", BEFORE_NAME, "puma", "falcon", "iodine -t 1", "itsi -t 1"].compact.freeze
   IO_SERVERS = ["weft", "puma", "falcon", "iodine -t 16", "itsi -t 16"].freeze
   THROUGHPUT = [
     ["hello, 50 connections", "/", 50, HELLO_SERVERS],
@@ -62,8 +68,13 @@ module ServerBench
     "iodine -t 1" => ->(port) { iodine(port, 1) },
     "itsi -t 1" => ->(port) { itsi(port, 1) },
     "iodine -t 16" => ->(port) { iodine(port, 16) },
-    "itsi -t 16" => ->(port) { itsi(port, 16) }
-  }.freeze
+    "itsi -t 16" => ->(port) { itsi(port, 16) },
+    # from its own tree and bundle (its lib/, not this one's)
+    BEFORE_NAME => lambda do |port|
+      [{ "BUNDLE_GEMFILE" => WeftGemfile.for_ruby(BEFORE) }, RbConfig.ruby, File.join(BEFORE, "exe/weft"), "serve", APP,
+       "-o", "127.0.0.1", "-p", port.to_s, "-w", "0", "-q"]
+    end
+  }.reject { |name, _| name.nil? }.freeze
 
   module_function
 
@@ -291,8 +302,9 @@ module ServerBench
       "iodine" => Gem.loaded_specs["iodine"]&.version.to_s,
       "itsi" => Gem.loaded_specs["itsi-server"]&.version.to_s,
       "wrk" => `wrk -v 2>&1`[/wrk \S+/],
-      "ab" => `ab -V 2>&1`[/Version \S+/]
-    }
+      "ab" => `ab -V 2>&1`[/Version \S+/],
+      "weft before" => BEFORE && "#{BEFORE_NAME} (#{BEFORE}, BENCH_WEFT_BEFORE)"
+    }.compact
   end
 
   def throughput_section(out, results, title, target)

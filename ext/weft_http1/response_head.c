@@ -95,16 +95,15 @@ static int append_header(VALUE name, VALUE value, VALUE arg)
     return ST_CONTINUE;
 }
 
-static VALUE simple_response(VALUE self, VALUE status_line, VALUE headers, VALUE body,
-                             VALUE connection_line, VALUE date_line)
+int weft_simple_response_into(VALUE out, VALUE status_line, VALUE headers, VALUE body,
+                              VALUE connection_line, VALUE date_line)
 {
     head_state st;
     long i, parts, length = 0;
     char line[48];
     int line_len;
 
-    (void)self;
-    if (!RB_TYPE_P(headers, T_HASH) || !RB_TYPE_P(body, T_ARRAY)) return Qnil;
+    if (!RB_TYPE_P(headers, T_HASH) || !RB_TYPE_P(body, T_ARRAY)) return 0;
     StringValue(status_line);
     StringValue(date_line);
     if (!NIL_P(connection_line)) StringValue(connection_line);
@@ -112,17 +111,17 @@ static VALUE simple_response(VALUE self, VALUE status_line, VALUE headers, VALUE
     parts = RARRAY_LEN(body);
     for (i = 0; i < parts; i++) {
         VALUE part = RARRAY_AREF(body, i);
-        if (!RB_TYPE_P(part, T_STRING)) return Qnil;
+        if (!RB_TYPE_P(part, T_STRING)) return 0;
         length += RSTRING_LEN(part);
-        if (length > SIMPLE_BODY_LIMIT) return Qnil;
+        if (length > SIMPLE_BODY_LIMIT) return 0;
     }
 
-    st.out = rb_str_buf_new(160 + RSTRING_LEN(status_line) + length);
+    st.out = out;
     st.dated = 0;
     st.fallback = 0;
     rb_str_buf_cat(st.out, RSTRING_PTR(status_line), RSTRING_LEN(status_line));
     rb_hash_foreach(headers, append_header, (VALUE)&st);
-    if (st.fallback) return Qnil;
+    if (st.fallback) return 0;
     if (!st.dated) rb_str_buf_cat(st.out, RSTRING_PTR(date_line), RSTRING_LEN(date_line));
     line_len = snprintf(line, sizeof(line), "content-length: %ld\r\n", length);
     rb_str_buf_cat(st.out, line, line_len);
@@ -135,7 +134,15 @@ static VALUE simple_response(VALUE self, VALUE status_line, VALUE headers, VALUE
         VALUE part = RARRAY_AREF(body, i);
         rb_str_buf_cat(st.out, RSTRING_PTR(part), RSTRING_LEN(part));
     }
-    return st.out;
+    return 1;
+}
+
+static VALUE simple_response(VALUE self, VALUE status_line, VALUE headers, VALUE body,
+                             VALUE connection_line, VALUE date_line)
+{
+    VALUE out = rb_str_buf_new(256);
+    (void)self;
+    return weft_simple_response_into(out, status_line, headers, body, connection_line, date_line) ? out : Qnil;
 }
 
 void weft_init_response_head(VALUE mHTTP1)

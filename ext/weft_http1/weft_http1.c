@@ -12,6 +12,7 @@
 #include <string.h>
 #include "http1.h"
 #include "response_head.h"
+#include "fast_path.h"
 
 static VALUE mHTTP1, eParseError;
 static ID id_new;
@@ -319,20 +320,16 @@ static VALUE method_string(const unsigned char *m, size_t len)
 }
 
 /*
- * RequestParser#parse(buffer, env) -> Integer head length, or nil if incomplete.
+ * Adds the parsed head's entries (request line, headers as Rack keys) to env.
+ * The head must be complete (run() returned its length); frees the field-line
+ * array afterwards.
  */
-static VALUE req_parse(VALUE self, VALUE buffer, VALUE env)
+static void fill_env(rparser *rp, VALUE buffer, VALUE env)
 {
-    rparser *rp = get_parser(self);
     h1_parser *p = &rp->core;
     const unsigned char *b;
     VALUE stack_pairs[2 * 40], *pairs = stack_pairs, tmp = 0;
-    long r, npairs = 0;
-
-    StringValue(buffer);
-    Check_Type(env, T_HASH);
-    r = run(rp, buffer);
-    if (r == 0) return Qnil;
+    long npairs = 0;
 
     /* Collect key/value pairs and insert them with one rb_hash_bulk_insert:
      * the table is grown once instead of once per threshold crossing. All keys
@@ -399,7 +396,39 @@ static VALUE req_parse(VALUE self, VALUE buffer, VALUE env)
     if (tmp) ALLOCV_END(tmp);
     release_headers(rp);
     RB_GC_GUARD(buffer);
+}
+
+/*
+ * RequestParser#parse(buffer, env) -> Integer head length, or nil if incomplete.
+ */
+static VALUE req_parse(VALUE self, VALUE buffer, VALUE env)
+{
+    rparser *rp = get_parser(self);
+    long r;
+
+    StringValue(buffer);
+    Check_Type(env, T_HASH);
+    r = run(rp, buffer);
+    if (r == 0) return Qnil;
+    fill_env(rp, buffer, env);
     return LONG2NUM(r);
+}
+
+/* ---- for the fast path (fast_path.c) ---------------------------------------- */
+
+long weft_request_parse(VALUE parser, VALUE buffer, VALUE env_template, VALUE *env)
+{
+    rparser *rp = get_parser(parser);
+    long r = run(rp, buffer);
+    if (r == 0) return 0;
+    *env = rb_hash_dup(env_template);
+    fill_env(rp, buffer, *env);
+    return r;
+}
+
+const h1_parser *weft_request_core(VALUE parser)
+{
+    return &get_parser(parser)->core;
 }
 
 static h1_parser *done_core(VALUE self)
@@ -598,4 +627,6 @@ void Init_weft_http1(void)
     rb_define_method(cChunked, "decode", chunked_decode, 2);
     rb_define_method(cChunked, "done?", chunked_done, 0);
     rb_define_method(cChunked, "reset", chunked_reset, 0);
+
+    weft_init_fast_path(mHTTP1);
 }

@@ -56,6 +56,10 @@ module Weft
         @parser = HTTP1::RequestParser.new(max_request_line: @settings.max_request_line,
                                            max_header_bytes: @settings.max_header_bytes,
                                            max_headers: @settings.max_headers)
+        # The one-call path for plain requests (RackAdapter#fast_path), on plain sockets: under
+        # TLS the bytes go through OpenSSL, which only the Ruby path writes to.
+        @fast_path = host.rack.fast_path unless listener.ssl?
+        @env_template = host.rack.env_template(listener) if @fast_path
         @requests = 0
         @closed = false
         @detached = false
@@ -252,18 +256,39 @@ module Weft
 
       # @return [Boolean] whether bytes arrived; raises ClientGone at EOF
       def fill_now
-        filled = @stream.fill_now
+        filled = @fast_path ? @fast_path.fill(@socket, @stream.buffer) : @stream.fill_now
         raise ClientGone, "end of stream" if filled.nil?
         filled
       end
 
-      # Reads, runs and answers one request.
+      # Reads, runs and answers one request. A complete head with no body goes through the
+      # fast path, in C (HTTP1::FastPath#serve: parse, env, app, response, send); it hands
+      # back whatever it does not finish, at the point it stopped.
       # @return [Boolean, :parked] whether to keep the connection; :parked when it waits for
       #   the rest of a head in the IdlePool
       def serve_one
+        if @fast_path && !@head_deadline # (a head begun earlier is finished by #read_head)
+          begin
+            answer = @fast_path.serve(self, @parser, @stream.buffer, @socket, @remote_addr, @env_template)
+          rescue HTTP1::ParseError => e
+            return parse_failed(e)
+          end
+          case answer
+          when true, false then return answer
+          when Hash then return run(answer) # a body to read, or a statistics endpoint
+          when Array then return @host.rack.finish(self, *answer) # the app ran; its response is not plain
+          end
+          # nil: the head is not complete yet
+        end
         env = read_head
         return env unless env.is_a?(Hash)
         @requests += 1
+        run(env)
+      end
+
+      # Reads the body of a request whose head is parsed (and counted), then runs and answers it.
+      # @return [Boolean] whether to keep the connection
+      def run(env)
         keep_alive = @parser.keep_alive? && @requests < @settings.max_requests_per_connection
         if (input = read_body(env)).nil?
           return false # answered with an error already
@@ -301,9 +326,7 @@ module Weft
         @stream.consume(length) # the env holds copies
         env
       rescue HTTP1::ParseError => e
-        @host.statistics.parse_error!
-        answer_error(e.status, e.message)
-        false
+        parse_failed(e)
       rescue ClientTimeout
         # Slowloris: only answer a client that sent part of a head.
         answer_error(408, "request head not received in time") unless @stream.buffer.empty?
@@ -323,6 +346,14 @@ module Weft
       rescue ClientTimeout
         answer_error(408, "request body not received in time")
         raise
+      end
+
+      # A malformed or oversized head: answered with the status the parser chose.
+      # @return [false] the connection is closed after it
+      def parse_failed(error)
+        @host.statistics.parse_error!
+        answer_error(error.status, error.message)
+        false
       end
 
       # Sends a short error response and marks the connection for closing.

@@ -153,6 +153,7 @@ module Weft
       def begin_stop(deadline)
         @shutdown_deadline = deadline
         @stopping = true
+        @rack.begin_stop
       end
 
       # @return [Boolean] whether a task is serving a connection

@@ -3,6 +3,7 @@
 require "rack"
 require "tempfile"
 require_relative "response_writer"
+require_relative "empty_input"
 
 module Weft
   class Server
@@ -21,11 +22,14 @@ module Weft
       PER_REQUEST_KEYS = %w[REMOTE_ADDR REQUEST_METHOD PATH_INFO QUERY_STRING SERVER_PROTOCOL SERVER_NAME SERVER_PORT
                             rack.input rack.hijack rack.response_finished].freeze
 
-      # @return [Integer] requests being processed now
-      attr_reader :in_flight
+      # @return [HTTP1::FastPath, nil] what answers a plain request in one C call
+      #   (Connection#serve_one); nil when every request must come here (an access log or a
+      #   request_deadline, which the fast path does not do)
+      attr_reader :fast_path
 
       # @param app [#call] the Rack app
-      # @param config [Config] read for stats_path, metrics_path and request_deadline
+      # @param config [Config] read for stats_path, metrics_path, request_deadline and
+      #   max_requests_per_connection
       # @param statistics [Statistics] counts requests and 5xx responses; renders the endpoints
       # @param error_log [ErrorLog] where the app's errors go
       # @param access_log [AccessLog, nil]
@@ -43,18 +47,58 @@ module Weft
         @env_templates = {}.compare_by_identity
         @host_cache = {}
         @in_flight = 0
+        unless @access_log || @request_deadline
+          @fast_path = HTTP1::FastPath.new(app, self, statistics, @host_cache, @internal_paths, EmptyInput::INSTANCE,
+                                           ResponseWriter::STATUS_LINES, config[:max_requests_per_connection])
+        end
+      end
+
+      # @return [Integer] requests being processed now
+      def in_flight
+        @fast_path ? @in_flight + @fast_path.in_flight : @in_flight
+      end
+
+      # The graceful stop began: responses say `connection: close` from now on (the Ruby
+      # writer asks Connection#server_stopping? itself).
+      def begin_stop
+        @fast_path&.server_stopping!
       end
 
       # A fresh env for the next request on a connection, before its head is parsed. Built per
       # request from the listener's template rather than kept per connection: a template per
       # connection cost ~800 bytes of every idle keep-alive connection, one more hash insert per
-      # request costs next to nothing.
+      # request costs next to nothing. (Not one env reused for every request either: an app may
+      # keep its env past the response, in a task it spawned or a response_finished callback.)
       # @param connection [Connection]
       # @return [Hash]
       def new_env(connection)
         env = env_template(connection.listener).dup
         env["REMOTE_ADDR"] = connection.remote_addr
         env
+      end
+
+      # The env entries that are the same for every request on a listener, and the keys every
+      # request sets (nil here, or the listener's address for SERVER_NAME and SERVER_PORT, which
+      # a Host header replaces): a Hash copied from one that already holds them has room for
+      # the whole env, where growing it past 16 entries while the request was filled in
+      # re-hashed it (3% of a hello-world request's time).
+      # @param listener [Listener]
+      # @return [Hash] frozen
+      def env_template(listener)
+        @env_templates[listener] ||= {
+          "rack.version" => Rack::VERSION.is_a?(Array) ? Rack::VERSION : [1, 3],
+          "rack.errors" => $stderr,
+          "rack.multithread" => false,
+          "rack.multiprocess" => @multiprocess,
+          "rack.run_once" => false,
+          "rack.url_scheme" => listener.scheme,
+          "rack.hijack?" => true,
+          "SCRIPT_NAME" => "",
+          "SERVER_SOFTWARE" => SOFTWARE,
+          **PER_REQUEST_KEYS.to_h { |key| [key, nil] },
+          "SERVER_NAME" => listener.host,
+          "SERVER_PORT" => listener.port
+        }.freeze
       end
 
       # Runs the app for one request and writes its response. Whether the connection stays
@@ -69,27 +113,59 @@ module Weft
         @in_flight += 1
         @statistics.request!
         started = Timers.now if @access_log
-        fill_server_name(env, connection.listener)
+        fill_server_name(env)
         env["rack.hijack"] = connection.hijack_proc
-        env["rack.response_finished"] = finished = []
-        status = headers = body = error = nil
+        env["rack.response_finished"] = []
+        response = error = nil
         begin
-          status, headers, body = (internal_response(env) unless @internal_paths.empty?) || call_under_deadline(env)
-        rescue DeadlineExceeded => e
-          # The request's own deadline (or one the app set and let escape): the app gave up in
-          # time, which is what the deadline is for; the client learns it was not served.
-          error = e
-          Weft.logger.warn("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}: #{e.message}; answered 503")
-          status, headers, body = deadline_exceeded
+          response = (internal_response(env) unless @internal_paths.empty?) || call_under_deadline(env)
         rescue StandardError, ScriptError => e
           error = e
-          log_error("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}", e)
-          status, headers, body = server_error
+        rescue Exception # rubocop:disable Lint/RescueException
+          # Weft::Cancelled, Interrupt...: nothing is written, and the task goes away
+          completed(connection, env, nil, nil, nil, started)
+          raise
         end
+        respond(connection, env, keep_alive, response, error, nil, started)
+      ensure
+        @in_flight -= 1
+      end
+
+      # Finishes a request that HTTP1::FastPath#serve ran the app for (counted, env complete)
+      # but could not answer by itself: it writes the response, or the `unsent` rest of one the
+      # socket did not take at once, then does what #call does after the app.
+      # @param connection [Connection]
+      # @param env [Hash]
+      # @param keep_alive [Boolean] whether the request allows another one after it (the fast
+      #   path's decision, including a graceful stop, when `unsent` is given)
+      # @param response [Array, Object] what the app returned (nil when it raised)
+      # @param error [Exception, nil] what the app raised
+      # @param unsent [String, nil] the part of the serialized response not sent yet
+      # @return [Boolean] whether the connection may carry another request
+      # @raise [Connection::ClientGone, Connection::ClientTimeout] the response could not be written
+      def finish(connection, env, keep_alive, response, error, unsent)
+        @in_flight += 1
+        respond(connection, env, keep_alive, response, error, unsent, nil)
+      ensure
+        @in_flight -= 1
+      end
+
+      private
+
+      # Everything after the app: the response (a 503 or 500 for what the app raised), then
+      # #completed.
+      def respond(connection, env, keep_alive, response, error, unsent, started)
+        status, headers, body = error ? error_response(env, error) : response
         return false if connection.detached? # full hijack: the app owns the socket
 
         begin
-          keep_alive = ResponseWriter.write(connection, env, status, headers, body, keep_alive)
+          keep_alive =
+            if unsent
+              connection.write(unsent)
+              keep_alive
+            else
+              ResponseWriter.write(connection, env, status, headers, body, keep_alive)
+            end
         rescue Connection::ClientGone, Connection::ClientTimeout => e
           error ||= e
           raise
@@ -111,54 +187,47 @@ module Weft
         end
         keep_alive && !connection.detached?
       ensure
-        @in_flight -= 1
+        completed(connection, env, status, headers, error, started)
+      end
+
+      # After the response (or an app that never returned): the 5xx count, closing a spooled
+      # rack.input, the access log line, the rack.response_finished callbacks. (The callbacks
+      # are the env's: HTTP1::FastPath#serve calls this for them when the app was cancelled.)
+      def completed(connection, env, status, headers, error, started)
         @statistics.server_error! if status.to_i >= 500
         input = env["rack.input"]
         input.close if input.is_a?(File) || input.is_a?(Tempfile)
         @access_log&.log(env, status, Timers.now - started, connection.remote_addr)
-        finished&.each do |callback|
+        env["rack.response_finished"]&.each do |callback|
           callback.call(env, status, headers, error)
         rescue StandardError => e
           log_error("rack.response_finished callback", e)
         end
       end
 
-      private
-
-      # The env entries that are the same for every request on a listener, and the keys every
-      # request sets (nil here): a Hash copied from one that already holds them has room for
-      # the whole env, where growing it past 16 entries while the request was filled in
-      # re-hashed it (3% of a hello-world request's time).
-      def env_template(listener)
-        @env_templates[listener] ||= {
-          "rack.version" => Rack::VERSION.is_a?(Array) ? Rack::VERSION : [1, 3],
-          "rack.errors" => $stderr,
-          "rack.multithread" => false,
-          "rack.multiprocess" => @multiprocess,
-          "rack.run_once" => false,
-          "rack.url_scheme" => listener.scheme,
-          "rack.hijack?" => true,
-          "SCRIPT_NAME" => "",
-          "SERVER_SOFTWARE" => SOFTWARE,
-          **PER_REQUEST_KEYS.to_h { |key| [key, nil] }
-        }.freeze
-      end
-
-      # SERVER_NAME and SERVER_PORT from the Host header (or the listener). Clients send the
-      # same few Host values over and over, so the split is cached per distinct value.
-      def fill_server_name(env, listener)
-        host = env["HTTP_HOST"]
-        if host && !host.empty?
-          name, port = @host_cache[host] || cache_host(host, listener)
-          env["SERVER_NAME"] = name
-          env["SERVER_PORT"] = port
+      # The response for what the app raised (logged here).
+      def error_response(env, error)
+        if error.is_a?(DeadlineExceeded)
+          # The request's own deadline (or one the app set and let escape): the app gave up in
+          # time, which is what the deadline is for; the client learns it was not served.
+          Weft.logger.warn("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}: #{error.message}; answered 503")
+          deadline_exceeded
         else
-          env["SERVER_NAME"] = listener.host
-          env["SERVER_PORT"] = listener.port
+          log_error("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}", error)
+          server_error
         end
       end
 
-      def cache_host(host, listener)
+      # SERVER_NAME and SERVER_PORT from the Host header; without one the template's (the
+      # listener's address) stay. Clients send the same few Host values over and over, so the
+      # split is cached per distinct value (HTTP1::FastPath reads the cache too).
+      def fill_server_name(env)
+        host = env["HTTP_HOST"]
+        return if host.nil? || host.empty?
+        env["SERVER_NAME"], env["SERVER_PORT"] = @host_cache[host] || cache_host(host, env["rack.url_scheme"])
+      end
+
+      def cache_host(host, scheme)
         if host.start_with?("[")
           close = host.index("]") || host.length
           name = host[0..close]
@@ -166,7 +235,7 @@ module Weft
         else
           name, port = host.split(":", 2)
         end
-        port = listener.scheme == "https" ? "443" : "80" if port.nil? || port.empty?
+        port = scheme == "https" ? "443" : "80" if port.nil? || port.empty?
         @host_cache.clear if @host_cache.size >= 64
         @host_cache[host.dup.freeze] = [name.freeze, port.freeze].freeze
       end

@@ -1,0 +1,430 @@
+/*
+ * fast_path.c - Weft::HTTP1::FastPath: a keep-alive request from the bytes
+ * already read to the response on the wire, in one call.
+ *
+ *   fast = Weft::HTTP1::FastPath.new(app, adapter, statistics, host_cache, internal_paths,
+ *                                    empty_input, status_lines, max_requests)
+ *   fast.serve(connection, parser, buffer, socket, remote_addr, env_template)
+ *     -> true / false   answered: whether the connection may carry another request
+ *     -> nil            the head is not complete: nothing was consumed
+ *     -> Hash           the env of a request the app was not called for (it has a
+ *                       body, or is for the statistics endpoints): the Ruby path
+ *                       reads the body and calls the app
+ *     -> Array          [env, keep_alive, response, error, unsent]: the app was
+ *                       called (or raised `error`); the Ruby path
+ *                       (RackAdapter#finish) writes the response, or the `unsent`
+ *                       rest of one that the socket did not take at once
+ *
+ *   fast.fill(socket, buffer) -> true / false / nil
+ *                     Weft::Stream#fill_now for a plain socket: appends what the
+ *                     socket holds (true), or finds nothing yet (false) or the end
+ *                     of the stream (nil); raises Weft::ConnectionLost when the
+ *                     peer broke the connection
+ *
+ * It does what Server::Connection#serve_one, Server::RackAdapter#call and
+ * ResponseWriter.write do for the common request, with none of their Ruby
+ * method calls: parse the head (raising Weft::HTTP1::ParseError as
+ * RequestParser#parse does), build the env from the listener's template, call
+ * the app, serialize a plain response (response_head.c, the same code the Ruby
+ * writer uses) and send it with one non-blocking send(2). Anything else is
+ * handed back at the point where it stops being plain, so the Ruby path keeps
+ * every rule it has (bodies, Expect, HEAD, 1xx/204/304, hijack, streaming
+ * bodies, rack.response_finished callbacks, errors, partial writes) in one
+ * place. Measured on a hello-world app: bench/results/server-profile.md.
+ *
+ * The connection's state it reads and writes (instance variables of
+ * Weft::Server::Connection): @requests (counted here), @hijack_proc (the
+ * rack.hijack callable, made by Connection#hijack_proc when missing),
+ * @detached (set by a hijack) and @env (the request being run, for the
+ * StallDetector).
+ */
+#include <ruby.h>
+#include <ruby/io.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include "fast_path.h"
+#include "response_head.h"
+
+typedef struct {
+    VALUE app;
+    VALUE adapter;        /* RackAdapter: #fill_server_name for a Host not cached yet */
+    VALUE statistics;     /* #request!, #server_error! */
+    VALUE host_cache;     /* RackAdapter's Host header => [SERVER_NAME, SERVER_PORT] */
+    VALUE internal_paths; /* Array of the statistics endpoints' paths */
+    VALUE empty_input;    /* Server::EmptyInput::INSTANCE */
+    VALUE status_lines;   /* ResponseWriter::STATUS_LINES */
+    VALUE out;            /* the response being sent; reused, never seen by Ruby */
+    VALUE date_line;      /* Server.date_line of date_second */
+    time_t date_second;
+    long max_requests;
+    long in_flight;
+    int stopping;
+} fast_path;
+
+static VALUE cServer; /* Weft::Server, for its date_line */
+static VALUE eConnectionLost;
+static ID id_call, id_request_bang, id_server_error_bang, id_fill_server_name, id_completed, id_date_line,
+          id_hijack_proc, id_message, id_iv_requests, id_iv_hijack_proc, id_iv_detached, id_iv_env;
+static VALUE k_REMOTE_ADDR, k_REQUEST_METHOD, k_SERVER_PROTOCOL, k_PATH_INFO, k_HTTP_HOST,
+             k_SERVER_NAME, k_SERVER_PORT, k_rack_input, k_rack_hijack, k_rack_response_finished,
+             v_connection_close, v_connection_keep_alive;
+
+static void fp_mark(void *ptr)
+{
+    fast_path *fp = ptr;
+    rb_gc_mark(fp->app);
+    rb_gc_mark(fp->adapter);
+    rb_gc_mark(fp->statistics);
+    rb_gc_mark(fp->host_cache);
+    rb_gc_mark(fp->internal_paths);
+    rb_gc_mark(fp->empty_input);
+    rb_gc_mark(fp->status_lines);
+    rb_gc_mark(fp->out);
+    rb_gc_mark(fp->date_line);
+}
+
+static const rb_data_type_t fast_path_type = {
+    .wrap_struct_name = "Weft::HTTP1::FastPath",
+    .function = { .dmark = fp_mark, .dfree = RUBY_TYPED_DEFAULT_FREE, .dsize = NULL },
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY,
+};
+
+static VALUE fp_alloc(VALUE klass)
+{
+    fast_path *fp;
+    VALUE obj = TypedData_Make_Struct(klass, fast_path, &fast_path_type, fp);
+    fp->app = fp->adapter = fp->statistics = fp->host_cache = fp->internal_paths = Qnil;
+    fp->empty_input = fp->status_lines = fp->out = fp->date_line = Qnil;
+    return obj;
+}
+
+static fast_path *get_fp(VALUE self)
+{
+    fast_path *fp;
+    TypedData_Get_Struct(self, fast_path, &fast_path_type, fp);
+    if (NIL_P(fp->out)) rb_raise(rb_eRuntimeError, "fast path not initialized");
+    return fp;
+}
+
+/* FastPath.new(app, adapter, statistics, host_cache, internal_paths, empty_input,
+ *              status_lines, max_requests) */
+static VALUE fp_initialize(VALUE self, VALUE app, VALUE adapter, VALUE statistics, VALUE host_cache,
+                           VALUE internal_paths, VALUE empty_input, VALUE status_lines, VALUE max_requests)
+{
+    fast_path *fp;
+    TypedData_Get_Struct(self, fast_path, &fast_path_type, fp);
+    Check_Type(host_cache, T_HASH);
+    Check_Type(internal_paths, T_ARRAY);
+    Check_Type(status_lines, T_HASH);
+    fp->app = app;
+    fp->adapter = adapter;
+    fp->statistics = statistics;
+    fp->host_cache = host_cache;
+    fp->internal_paths = rb_ary_dup(internal_paths);
+    fp->empty_input = empty_input;
+    fp->status_lines = status_lines;
+    fp->max_requests = NUM2LONG(max_requests);
+    fp->in_flight = 0;
+    fp->stopping = 0;
+    fp->date_second = 0;
+    fp->out = rb_str_buf_new(1024);
+    return self;
+}
+
+/* FastPath#in_flight -> Integer: requests it is running now */
+static VALUE fp_in_flight(VALUE self)
+{
+    return LONG2NUM(get_fp(self)->in_flight);
+}
+
+/* FastPath#server_stopping! - responses say `connection: close` from now on
+ * (the server's graceful stop began, ConnectionHost#begin_stop) */
+static VALUE fp_server_stopping(VALUE self)
+{
+    get_fp(self)->stopping = 1;
+    return self;
+}
+
+static int str_equal(VALUE str, const char *s, long n)
+{
+    return RB_TYPE_P(str, T_STRING) && RSTRING_LEN(str) == n && memcmp(RSTRING_PTR(str), s, (size_t)n) == 0;
+}
+
+static int internal_path(fast_path *fp, VALUE path)
+{
+    long i;
+    for (i = 0; i < RARRAY_LEN(fp->internal_paths); i++)
+        if (rb_str_equal(RARRAY_AREF(fp->internal_paths, i), path) == Qtrue) return 1;
+    return 0;
+}
+
+/* RackAdapter#fill_server_name, with the common case (a Host seen before) here */
+static void fill_server_name(fast_path *fp, VALUE env)
+{
+    VALUE host = rb_hash_lookup(env, k_HTTP_HOST), pair;
+    if (!RB_TYPE_P(host, T_STRING) || RSTRING_LEN(host) == 0) return; /* the template's listener address */
+    pair = rb_hash_lookup(fp->host_cache, host);
+    if (RB_TYPE_P(pair, T_ARRAY) && RARRAY_LEN(pair) == 2) {
+        rb_hash_aset(env, k_SERVER_NAME, RARRAY_AREF(pair, 0));
+        rb_hash_aset(env, k_SERVER_PORT, RARRAY_AREF(pair, 1));
+    } else {
+        rb_funcall(fp->adapter, id_fill_server_name, 1, env);
+    }
+}
+
+/* Server.date_line, asked once a second */
+static VALUE date_line(fast_path *fp)
+{
+    time_t now = time(NULL);
+    if (now != fp->date_second || NIL_P(fp->date_line)) {
+        /* looked up here: the parser is loaded by the HTTP client too, without the server */
+        if (!cServer) {
+            cServer = rb_path2class("Weft::Server");
+            rb_gc_register_mark_object(cServer);
+        }
+        fp->date_line = rb_funcall(cServer, id_date_line, 0);
+        fp->date_second = now;
+    }
+    return fp->date_line;
+}
+
+static VALUE descriptor(VALUE io)
+{
+    return INT2NUM(rb_io_descriptor(io));
+}
+
+/* The socket's file descriptor, or -1 once it is closed (rb_io_descriptor
+ * raises then; the struct's fd field is deprecated since Ruby 3.3). */
+static int socket_fd(VALUE socket)
+{
+    int state = 0;
+    VALUE fd;
+    if (!RB_TYPE_P(socket, T_FILE)) return -1;
+    fd = rb_protect(descriptor, socket, &state);
+    if (state) {
+        rb_set_errinfo(Qnil);
+        return -1;
+    }
+    return NUM2INT(fd);
+}
+
+/* Sends what the socket takes at once. Returns the bytes sent; 0 also when it
+ * would block or failed: the Ruby writer then sends the rest, waiting for the
+ * socket, and reports a failure as the client gone (Weft::Stream#write). Ruby's
+ * own write buffer of the socket is always empty: Weft::Stream only writes with
+ * write_nonblock. */
+static long send_now(VALUE socket, const char *ptr, long len)
+{
+    int fd = socket_fd(socket);
+    ssize_t n;
+    if (fd < 0) return 0;
+    do {
+        n = send(fd, ptr, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? 0 : (long)n;
+}
+
+/* Connection::READ_SIZE: most bytes one read takes */
+#define READ_SIZE 16384
+
+/* FastPath#fill(socket, buffer): see the top of this file. One recv(2) onto the
+ * C stack, then appended: the buffer of an idle connection keeps no spare
+ * capacity (Weft::Stream reads through a shared scratch String for the same
+ * reason). */
+static VALUE fp_fill(VALUE self, VALUE socket, VALUE buffer)
+{
+    char chunk[READ_SIZE];
+    ssize_t n;
+    int fd, e;
+
+    (void)get_fp(self);
+    StringValue(buffer);
+    if ((fd = socket_fd(socket)) < 0) rb_raise(eConnectionLost, "IOError: closed stream");
+    do {
+        n = recv(fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        rb_str_cat(buffer, chunk, (long)n);
+        return Qtrue;
+    }
+    if (n == 0) return Qnil;
+    e = errno;
+    if (e == EAGAIN || e == EWOULDBLOCK) return Qfalse;
+    /* Weft::Stream::PEER_GONE: the errors that mean the connection is gone */
+    if (e == ECONNRESET || e == ECONNABORTED || e == EPIPE || e == ENOTCONN || e == ETIMEDOUT || e == ESHUTDOWN) {
+        VALUE error = rb_syserr_new(e, NULL);
+        rb_raise(eConnectionLost, "%"PRIsVALUE": %"PRIsVALUE, rb_obj_class(error), rb_funcall(error, id_message, 0));
+    }
+    rb_syserr_fail(e, "recv");
+    return Qnil; /* not reached */
+}
+
+struct app_call {
+    VALUE app, env;
+};
+
+static VALUE call_app(VALUE arg)
+{
+    struct app_call *c = (struct app_call *)arg;
+    return rb_funcall(c->app, id_call, 1, c->env);
+}
+
+struct completed_call {
+    VALUE adapter, conn, env;
+};
+
+static VALUE call_completed(VALUE arg)
+{
+    struct completed_call *c = (struct completed_call *)arg;
+    return rb_funcall(c->adapter, id_completed, 6, c->conn, c->env, Qnil, Qnil, Qnil, Qnil);
+}
+
+static VALUE handed_over(VALUE env, int keep_alive, VALUE response, VALUE error, VALUE unsent)
+{
+    return rb_ary_new_from_args(5, env, keep_alive ? Qtrue : Qfalse, response, error, unsent);
+}
+
+/* FastPath#serve(connection, parser, buffer, socket, remote_addr, env_template):
+ * see the top of this file */
+static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE buffer, VALUE socket, VALUE remote_addr,
+                      VALUE env_template)
+{
+    fast_path *fp = get_fp(self);
+    const h1_parser *p;
+    struct app_call call;
+    VALUE env = Qnil, hijack, finished, response, status, headers, body, status_line, connection_line;
+    long length, requests, status_code, sent;
+    int keep_alive, state = 0;
+
+    StringValue(buffer);
+    Check_Type(env_template, T_HASH);
+    length = weft_request_parse(parser, buffer, env_template, &env);
+    if (length == 0) return Qnil;
+    p = weft_request_core(parser);
+    /* the env holds copies: drop the head as Weft::Stream#consume does */
+    if (length >= RSTRING_LEN(buffer)) rb_str_resize(buffer, 0);
+    else rb_str_drop_bytes(buffer, length); /* pipelined: the next request stays */
+    rb_hash_aset(env, k_REMOTE_ADDR, remote_addr);
+    requests = NUM2LONG(rb_ivar_get(conn, id_iv_requests)) + 1;
+    rb_ivar_set(conn, id_iv_requests, LONG2NUM(requests));
+    if (p->chunked || p->content_length > 0) return env;
+    if (RARRAY_LEN(fp->internal_paths) && internal_path(fp, rb_hash_lookup(env, k_PATH_INFO))) return env;
+    keep_alive = p->keep_alive && requests < fp->max_requests;
+
+    fill_server_name(fp, env);
+    rb_hash_aset(env, k_rack_input, fp->empty_input);
+    hijack = rb_ivar_get(conn, id_iv_hijack_proc);
+    if (NIL_P(hijack)) hijack = rb_funcall(conn, id_hijack_proc, 0);
+    rb_hash_aset(env, k_rack_hijack, hijack);
+    finished = rb_ary_new();
+    rb_hash_aset(env, k_rack_response_finished, finished);
+
+    rb_funcall(fp->statistics, id_request_bang, 0);
+    fp->in_flight++;
+    rb_ivar_set(conn, id_iv_env, env);
+    call.app = fp->app;
+    call.env = env;
+    response = rb_protect(call_app, (VALUE)&call, &state);
+    rb_ivar_set(conn, id_iv_env, Qnil);
+    fp->in_flight--;
+    if (state) {
+        VALUE error = rb_errinfo();
+        /* a throw or break leaves no exception here: it goes on up at once */
+        if (!RB_TYPE_P(error, T_OBJECT) || !rb_obj_is_kind_of(error, rb_eException)) rb_jump_tag(state);
+        rb_set_errinfo(Qnil);
+        /* what RackAdapter#call rescues is answered there */
+        if (rb_obj_is_kind_of(error, rb_eStandardError) || rb_obj_is_kind_of(error, rb_eScriptError))
+            return handed_over(env, keep_alive, Qnil, error, Qnil);
+        /* Weft::Cancelled, Interrupt...: goes on up, after the callbacks the app
+         * registered (as RackAdapter#call does) */
+        if (RARRAY_LEN(finished)) {
+            int ignored;
+            struct completed_call c = { fp->adapter, conn, env };
+            rb_protect(call_completed, (VALUE)&c, &ignored);
+            rb_set_errinfo(Qnil);
+        }
+        rb_exc_raise(error);
+    }
+
+    /* ResponseWriter.write's own conditions for the C serializer */
+    if (!RB_TYPE_P(response, T_ARRAY) || RARRAY_LEN(response) != 3 || RTEST(rb_ivar_get(conn, id_iv_detached)) ||
+        RARRAY_LEN(finished) != 0)
+        return handed_over(env, keep_alive, response, Qnil, Qnil);
+    status = RARRAY_AREF(response, 0);
+    headers = RARRAY_AREF(response, 1);
+    body = RARRAY_AREF(response, 2);
+    if (!FIXNUM_P(status)) return handed_over(env, keep_alive, response, Qnil, Qnil);
+    status_code = FIX2LONG(status);
+    if (status_code < 200 || status_code > 999 || status_code == 204 || status_code == 304 ||
+        str_equal(rb_hash_lookup(env, k_REQUEST_METHOD), "HEAD", 4))
+        return handed_over(env, keep_alive, response, Qnil, Qnil);
+
+    if (fp->stopping) keep_alive = 0;
+    if (!keep_alive) connection_line = v_connection_close;
+    else if (str_equal(rb_hash_lookup(env, k_SERVER_PROTOCOL), "HTTP/1.0", 8)) connection_line = v_connection_keep_alive;
+    else connection_line = Qnil;
+    status_line = rb_hash_aref(fp->status_lines, status);
+    rb_str_set_len(fp->out, 0);
+    if (!weft_simple_response_into(fp->out, status_line, headers, body, connection_line, date_line(fp)))
+        return handed_over(env, keep_alive, response, Qnil, Qnil);
+
+    sent = send_now(socket, RSTRING_PTR(fp->out), RSTRING_LEN(fp->out));
+    if (sent < RSTRING_LEN(fp->out))
+        return handed_over(env, keep_alive, response, Qnil,
+                           rb_str_new(RSTRING_PTR(fp->out) + sent, RSTRING_LEN(fp->out) - sent));
+    if (status_code >= 500) rb_funcall(fp->statistics, id_server_error_bang, 0);
+    RB_GC_GUARD(env);
+    RB_GC_GUARD(response);
+    return keep_alive ? Qtrue : Qfalse;
+}
+
+static VALUE frozen(const char *s)
+{
+    VALUE v = rb_interned_str(s, (long)strlen(s));
+    rb_gc_register_mark_object(v);
+    return v;
+}
+
+void weft_init_fast_path(VALUE mHTTP1)
+{
+    VALUE cFast = rb_define_class_under(mHTTP1, "FastPath", rb_cObject);
+
+    /* lib/weft/errors.rb, loaded by the parser's loader first */
+    eConnectionLost = rb_path2class("Weft::ConnectionLost");
+    rb_gc_register_mark_object(eConnectionLost);
+
+    id_call = rb_intern("call");
+    id_request_bang = rb_intern("request!");
+    id_server_error_bang = rb_intern("server_error!");
+    id_fill_server_name = rb_intern("fill_server_name");
+    id_completed = rb_intern("completed");
+    id_date_line = rb_intern("date_line");
+    id_hijack_proc = rb_intern("hijack_proc");
+    id_message = rb_intern("message");
+    id_iv_requests = rb_intern("@requests");
+    id_iv_hijack_proc = rb_intern("@hijack_proc");
+    id_iv_detached = rb_intern("@detached");
+    id_iv_env = rb_intern("@env");
+    k_REMOTE_ADDR = frozen("REMOTE_ADDR");
+    k_REQUEST_METHOD = frozen("REQUEST_METHOD");
+    k_SERVER_PROTOCOL = frozen("SERVER_PROTOCOL");
+    k_PATH_INFO = frozen("PATH_INFO");
+    k_HTTP_HOST = frozen("HTTP_HOST");
+    k_SERVER_NAME = frozen("SERVER_NAME");
+    k_SERVER_PORT = frozen("SERVER_PORT");
+    k_rack_input = frozen("rack.input");
+    k_rack_hijack = frozen("rack.hijack");
+    k_rack_response_finished = frozen("rack.response_finished");
+    v_connection_close = frozen("connection: close\r\n");
+    v_connection_keep_alive = frozen("connection: keep-alive\r\n");
+
+    rb_define_alloc_func(cFast, fp_alloc);
+    rb_define_method(cFast, "initialize", fp_initialize, 8);
+    rb_define_method(cFast, "serve", fp_serve, 6);
+    rb_define_method(cFast, "fill", fp_fill, 2);
+    rb_define_method(cFast, "in_flight", fp_in_flight, 0);
+    rb_define_method(cFast, "server_stopping!", fp_server_stopping, 0);
+}
