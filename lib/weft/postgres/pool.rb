@@ -687,7 +687,7 @@ module Weft
         ensure
           @pin_queue.delete(ticket)
           release(ticket.connection) if ticket.connection && !taken.equal?(ticket.connection)
-          unserved_pins? ? wake_pin_waiter : stop_draining
+          wake_pin_waiter
         end
       end
 
@@ -696,7 +696,9 @@ module Weft
       # statement, then the fewest statements in flight); the others go on carrying pipelined
       # statements. (A connection draining for each waiter took most of them out of the
       # pipeline under a steady stream of leases: the Rails benchmark fell to 59 requests/s.)
-      # Returns the draining one if nobody is reading it.
+      # A connection still draining when nobody waits any more drains to the end (a waiter may
+      # be reading it out, and would read for ever if it took statements again) and becomes
+      # free. Returns the draining one if nobody is reading it.
       def pipeline_to_drain
         return nil unless unserved_pins?
 
@@ -719,17 +721,6 @@ module Weft
         @pin_queue.find { |ticket| ticket.connection.nil? }&.condition&.signal
       end
 
-      # Nobody waits to pin any more (served by a connection given back, or gone): a connection
-      # draining for them takes statements again.
-      def stop_draining
-        @shared.each do |connection|
-          pipeline = connection.pipeline
-          next unless pipeline.draining?
-
-          pipeline.draining = false
-          wake_slot_waiter
-        end
-      end
 
       # Reads out a draining pipeline whose callers all left, for as long as the deadline allows.
       def drain(pipeline, deadline)
