@@ -208,8 +208,11 @@ module PostgresBench
           latencies << PostgresBench.now - planned if measured
         end
       end
-      Weft.gather(tasks)
-      sampler.cancel
+      begin
+        Weft.gather(tasks)
+      ensure
+        sampler.cancel # else a request's error leaves it looping, and Weft.run never returns
+      end
       after = pool.statistics
       { rate: rate, most_waiting: most_waiting, pipelined: (after[:pipelined] - before[:pipelined]).fdiv(after[:queries] - before[:queries]), achieved: latencies.size / seconds.to_f, latencies: latencies,
         waits: KINDS.to_h { |kind| [kind, times[kind].map { |t| t - baseline[kind] }] } }

@@ -136,6 +136,13 @@ module Weft
         head && now - segment_start(head) > stall_after ? depth + limit : depth
       end
 
+      # Whether a statement may be sent here at all, a slow one in flight or not: fewer than
+      # `limit` in flight, not draining, not fenced (a cancel request is on its way).
+      # @return [Boolean]
+      def room?(limit)
+        !@cancelling && !@draining && @queue.size + @segment.size < limit
+      end
+
       # Whether whatever is sent here now would wait for a long statement: one the pool knows
       # as slow is in flight, or the statement the server runs has run longer than
       # `stall_after` seconds. That one is the oldest whose results are not in, and it started

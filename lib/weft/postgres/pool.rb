@@ -87,8 +87,9 @@ module Weft
       #   14 or newer; off otherwise)
       # @param pipeline_depth [Integer] statements in flight per shared connection, at most
       # @param acquire_timeout [Numeric, nil] seconds to wait for a connection or a pipeline
-      #   slot before raising PoolTimeout; nil: no limit but the caller's deadline; old name:
-      #   checkout_timeout
+      #   slot before raising PoolTimeout (a statement waiting for a connection without a slow
+      #   statement on it queues behind one then, if one has room); nil: no limit but the
+      #   caller's deadline; old name: checkout_timeout
       # @param connect_timeout [Numeric] seconds to wait for the server when connecting
       # @param statement_timeout [Numeric, nil] seconds; the server cancels longer statements
       # @param max_age [Numeric, nil] seconds after which a connection is closed once free; old
@@ -146,6 +147,7 @@ module Weft
       # @return [PG::Result]
       # @raise [PG::Error] the statement's error, for this caller only
       # @raise [PoolTimeout] when no connection or pipeline slot frees up within acquire_timeout
+      #   (none had room, not even behind a slow statement)
       # @raise [Weft::DeadlineExceeded] when the caller's deadline passes first
       # @raise [ConnectionError] when the server cannot be reached or the connection is lost
       def query(sql, *params)
@@ -266,8 +268,9 @@ module Weft
       end
 
       # @return [Hash] counters: size (open + opening), limit, idle, pinned, shared
-      #   (connections carrying pipelined statements), busy (pinned + shared), waiting (callers
-      #   waiting for a connection or slot), in_flight (pipelined statements now), max_depth
+      #   (connections carrying pipelined statements), draining (shared ones emptying for callers
+      #   waiting to pin: one at most), busy (pinned + shared), waiting (callers waiting for a
+      #   connection or slot), in_flight (pipelined statements now), max_depth
       #   (most in flight on one connection so far), queries, pipelined, connects, discarded
       def statistics
         synchronize do
@@ -279,8 +282,9 @@ module Weft
             idle: @idle.size,
             pinned: pinned,
             shared: shared,
+            draining: @shared.count { |connection| connection.pipeline.draining? },
             busy: pinned + shared,
-            waiting: @waiting + @pin_queue.size,
+            waiting: @slot_queue.size + @pin_queue.size,
             in_flight: @shared.sum { |connection| connection.pipeline.depth },
             max_depth: @max_depth,
             queries: @queries,
@@ -328,16 +332,16 @@ module Weft
       # --- Called by Pipeline, under the lock ---------------------------------------------
 
       # @api private: a segment's statements finished, in `seconds` from its start: the pool
-      # learns which statements run long (SlowStatements), and every waiter looks again, as
-      # slots are free on this pipeline and it is no longer stalled.
+      # learns which statements run long (SlowStatements), and the first waiter for a slot looks
+      # again, as slots are free on this pipeline and it may no longer carry a slow statement.
       def segment_settled(_pipeline, requests, seconds)
         @slow_statements.observe_segment(requests, seconds)
-        @slot_freed.broadcast if @waiting.positive?
+        wake_slot_waiter
       end
 
       # @api private: the pipeline takes statements again after a cancel request.
       def pipeline_reopened(_pipeline)
-        @slot_freed.broadcast if @waiting.positive?
+        wake_slot_waiter
       end
 
       # @api private: nothing is in flight any more; the connection becomes free.
@@ -379,14 +383,13 @@ module Weft
         @pid = Process.pid
         @pin_key = :"weft_postgres_pin_#{object_id}"
         @lock = Thread::Mutex.new
-        @slot_freed = Thread::ConditionVariable.new     # a pipeline slot or connection came free
-        @pin_queue = [] # Tickets of callers waiting to pin, first come first served
+        @slot_queue = [] # SlotWaiters of #query callers waiting for a slot, first come first served
+        @pin_queue = []  # Tickets of callers waiting to pin, first come first served
         @connections = []
         @idle = []      # free, most recently used last
         @shared = []    # carrying pipelined statements
         @pinned = []
         @connecting = 0
-        @waiting = 0
         @queries = 0
         @pipelined_queries = 0
         @max_depth = 0
@@ -425,30 +428,103 @@ module Weft
 
       # --- Shared use ---------------------------------------------------------------------------
 
-      # A pipeline with a free slot: a free connection if there is one, a new one while below
-      # the limit, else the least loaded shared connection (Pipeline#load); waits when all are
-      # full or carry a statement known to run long, and then goes to the first that frees up.
-      def shared_pipeline
-        deadline = nil
-        loop do
-          if (connection = take_idle)
-            return share(connection)
-          end
-          return share(open_connection) if room?
+      # A caller of #query waiting for a pipeline slot; `woken` while a wake-up is on its way
+      # to it (see #wake_slot_waiter).
+      SlotWaiter = Struct.new(:condition, :woken)
+      private_constant :SlotWaiter
 
-          pipeline = least_loaded
-          return pipeline if pipeline
+      # A pipeline with a free slot (#free_pipeline). When none has one, the caller waits in
+      # line: waiters are served first come, first served, as only the first in line looks
+      # when woken. A caller that arrives takes a slot that is free then without queueing:
+      # waiters are woken one reactor turn after another, and making every newcomer queue
+      # behind them held the pool to one statement per turn while a line lasted. Past
+      # acquire_timeout a waiter queues behind a slow statement if a connection carrying one
+      # has room (#past_acquire_timeout).
+      def shared_pipeline
+        waiter = nil
+        deadline = nil
+        served = false
+        loop do
+          if waiter.nil? || @slot_queue.first.equal?(waiter)
+            pipeline = free_pipeline
+            return pipeline if (served = !pipeline.nil?)
+          end
 
           deadline ||= checkout_deadline
-          wait_for_slot(@slot_freed, deadline)
+          if deadline&.expired?
+            pipeline = past_acquire_timeout(deadline)
+            served = true
+            return pipeline
+          end
+          unless waiter
+            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false)
+            @slot_queue << waiter
+          end
+          waiter.woken = false
+          waiter.condition.wait(@lock, deadline&.remaining)
         end
+      ensure
+        if waiter
+          @slot_queue.delete(waiter)
+          # A waiter that leaves without taking a slot (timed out, cancelled, its deadline
+          # passed) hands on the wake-up it may have had; one served does so once it has taken
+          # its place (#pipelined).
+          pass_slot_on unless served
+        end
+      end
+
+      # A free connection (it becomes shared), a new one while below the limit, else the least
+      # loaded shared connection (Pipeline#load); nil when none has room or every one with room
+      # carries a statement known to run long.
+      def free_pipeline
+        if (connection = take_idle)
+          return share(connection)
+        end
+        return share(open_connection) if room?
+
+        least_loaded
+      end
+
+      # Whether #free_pipeline would find something now (without taking it).
+      def slot_free?
+        !@idle.empty? || room? || !least_loaded.nil?
+      end
+
+      # Wakes the first caller waiting for a slot, unless a wake-up is already on its way to
+      # it: woken one at a time, it takes its place before the next looks (woken together, they
+      # piled onto the one connection that freed up). Called wherever room may have come free.
+      def wake_slot_waiter
+        first = @slot_queue.first
+        return if first.nil? || first.woken
+
+        first.woken = true
+        first.condition.signal
+      end
+
+      # Wakes the next waiter if room remains: the chain that serves waiters one after another.
+      def pass_slot_on
+        wake_slot_waiter if !@slot_queue.empty? && slot_free?
+      end
+
+      # The caller waited acquire_timeout for a connection with room and without a statement
+      # known to run long. Rather than fail, it queues behind such a statement on the
+      # connection with the fewest in flight, as it would on a pool without routing; it gets
+      # PoolTimeout only when no connection has room at all (at pipeline_depth, draining,
+      # fenced), and DeadlineExceeded when its own deadline is what passed.
+      def past_acquire_timeout(deadline)
+        ambient = Deadline.current
+        unless ambient && ambient.at <= deadline.at
+          pipeline = @shared.map(&:pipeline).select { |each| each.room?(@pipeline_depth) }.min_by(&:depth)
+          return pipeline if pipeline
+        end
+        checkout_expired(deadline)
       end
 
       # While no connection is shared and nobody waits, a statement gets a free connection to
       # itself: a plain round trip costs less than the pipeline's bookkeeping, and nothing can
       # queue behind a slow statement. Pipelining starts once connections run short.
       def take_unpressed
-        return nil unless @shared.empty? && @waiting.zero? && @pin_queue.empty?
+        return nil unless @shared.empty? && @slot_queue.empty? && @pin_queue.empty?
         connection = take_idle || (open_connection if room?)
         return nil unless connection
         connection.exit_pipeline_mode
@@ -467,7 +543,11 @@ module Weft
           request.alone = true
         end
         pipeline = shared_pipeline
-        pipeline.submit(request)
+        begin
+          pipeline.submit(request)
+        ensure
+          pass_slot_on # now that this statement took its place
+        end
         @queries += 1
         @pipelined_queries += 1
         depth = pipeline.depth
@@ -543,7 +623,6 @@ module Weft
         connection.enter_pipeline_mode
         connection.pipeline ||= Pipeline.new(connection, @lock, self, @settings.address)
         @shared << connection
-        @slot_freed.broadcast if @waiting.positive? # room for up to pipeline_depth of them
         connection.pipeline
       end
 
@@ -586,7 +665,8 @@ module Weft
 
       # All connections are busy: stop feeding one shared connection so that it empties, and
       # wait for a connection to be handed over. If the emptying connection has nobody reading
-      # its results (its callers left), read them here.
+      # its results (its callers left), read them here. A waiter that leaves, served or not,
+      # wakes the next one still waiting, which sees to the next connection to drain.
       def wait_for_connection
         deadline = checkout_deadline
         ticket = Ticket.new(Thread::ConditionVariable.new, nil)
@@ -607,23 +687,40 @@ module Weft
         ensure
           @pin_queue.delete(ticket)
           release(ticket.connection) if ticket.connection && !taken.equal?(ticket.connection)
+          wake_pin_waiter
         end
       end
 
-      # Marks shared connections as draining, one for each caller waiting to pin that has no
-      # connection yet, so that several waiters are served at once; the one to drain next is
-      # the one likely to empty soonest (not stalled on a long statement, then the fewest
-      # statements in flight). Returns a draining one that nobody is reading, if any.
+      # While callers wait to pin and none has been handed a connection, one shared connection
+      # at a time is drained for them, the one likely to empty soonest (not stalled on a long
+      # statement, then the fewest statements in flight); the others go on carrying pipelined
+      # statements. (A connection draining for each waiter took most of them out of the
+      # pipeline under a steady stream of leases: the Rails benchmark fell to 59 requests/s.)
+      # A connection still draining when nobody waits any more drains to the end (a waiter may
+      # be reading it out, and would read for ever if it took statements again) and becomes
+      # free. Returns the draining one if nobody is reading it.
       def pipeline_to_drain
+        return nil unless unserved_pins?
+
         pipelines = @shared.map(&:pipeline)
-        unserved = @pin_queue.count { |ticket| ticket.connection.nil? }
-        if pipelines.count(&:draining?) < unserved
+        draining = pipelines.find(&:draining?)
+        unless draining
           now = Timers.now
-          candidates = pipelines.reject(&:draining?)
-          candidates.min_by { |pipeline| [pipeline.stalled?(now, STALL_AFTER) ? 1 : 0, pipeline.depth] }&.draining = true
+          draining = pipelines.min_by { |pipeline| [pipeline.stalled?(now, STALL_AFTER) ? 1 : 0, pipeline.depth] }
+          draining&.draining = true
         end
-        pipelines.find { |pipeline| pipeline.draining? && !pipeline.reading? }
+        draining unless draining.nil? || draining.reading?
       end
+
+      def unserved_pins?
+        @pin_queue.any? { |ticket| ticket.connection.nil? }
+      end
+
+      # Wakes the first caller waiting to pin that has no connection yet.
+      def wake_pin_waiter
+        @pin_queue.find { |ticket| ticket.connection.nil? }&.condition&.signal
+      end
+
 
       # Reads out a draining pipeline whose callers all left, for as long as the deadline allows.
       def drain(pipeline, deadline)
@@ -735,8 +832,8 @@ module Weft
           end
         rescue Exception # rubocop:disable Lint/RescueException
           connection&.close
-          @slot_freed.signal
-          @pin_queue.first&.condition&.signal
+          wake_slot_waiter
+          wake_pin_waiter
           raise
         ensure
           @connecting -= 1
@@ -765,7 +862,7 @@ module Weft
           ticket.condition.signal
         else
           @idle << connection
-          @slot_freed.signal
+          wake_slot_waiter
         end
       end
 
@@ -779,8 +876,8 @@ module Weft
         return unless @connections.delete(connection)
         @discarded += 1
         connection.close
-        @pin_queue.first&.condition&.signal # room for a new connection
-        @slot_freed.signal
+        wake_pin_waiter # room for a new connection (or the one draining is gone)
+        wake_slot_waiter
       end
 
       def expired?(connection)
@@ -795,16 +892,6 @@ module Weft
         end
       end
 
-      def wait_for_slot(condition, deadline)
-        checkout_expired(deadline) if deadline&.expired?
-        @waiting += 1
-        begin
-          condition.wait(@lock, deadline&.remaining)
-        ensure
-          @waiting -= 1
-        end
-      end
-
       # A checkout ran out of time: the caller's deadline (DeadlineExceeded, as everywhere
       # else under it) or the pool's acquire_timeout (PoolTimeout).
       def checkout_expired(deadline)
@@ -813,7 +900,7 @@ module Weft
 
         raise PoolTimeout, "no PostgreSQL connection free within #{@acquire_timeout}s " \
                            "(pool limit #{@limit}, #{@pinned.size} pinned, #{@shared.size} shared, " \
-                           "#{@waiting} waiting)"
+                           "#{@slot_queue.size + @pin_queue.size} waiting)"
       end
     end
   end
