@@ -12,6 +12,7 @@ require_relative "slow_statements"
 require_relative "../timers"
 require_relative "../deadline"
 require_relative "../renamed_options"
+require_relative "../fork_handler"
 
 module Weft
   module Postgres
@@ -376,7 +377,7 @@ module Weft
       end
 
       def reset_state
-        @pid = Process.pid
+        @generation = ForkHandler.generation
         @pin_key = :"weft_postgres_pin_#{object_id}"
         @lock = Thread::Mutex.new
         @slot_freed = Thread::ConditionVariable.new     # a pipeline slot or connection came free
@@ -401,8 +402,10 @@ module Weft
       end
 
       # #synchronize under whatever the caller lets in (giving a connection back lets in none).
+      # The fork check runs on every statement, so it compares ForkHandler.generation rather
+      # than calling Process.pid (a system call).
       def locked(&block)
-        after_fork if Process.pid != @pid
+        after_fork if ForkHandler.generation != @generation
         raise PoolClosed, "the pool is closed" if @closed
         @lock.synchronize(&block)
       end
