@@ -464,7 +464,7 @@ module Weft
       # One seen running long goes in a segment of its own, and nothing follows it down its
       # connection until it ends (Pipeline#stalled?).
       def pipelined(sql, params)
-        request = Request.new(sql, params)
+        request = Request.take(sql, params)
         if @slow_statements.slow?(sql)
           request.slow = true
           request.alone = true
