@@ -15,12 +15,15 @@ module Weft
 
     # Process waits in flight in this process, in any reactor (see .waiting_for_process).
     @process_waits = 0
+    # Forks this process is removed from the one that loaded Weft (see .generation).
+    @generation = 0
     @lock = Thread::Mutex.new
 
     # @return [Integer] the child's pid in the parent, 0 in the child
     def _fork
       pid = super
       if pid.zero?
+        ForkHandler.forked
         ForkHandler.close_inherited_pidfds if ForkHandler.process_waits.positive?
         scheduler = Fiber.scheduler
         scheduler.process_fork if scheduler.is_a?(Scheduler)
@@ -31,6 +34,19 @@ module Weft
     class << self
       # @return [Integer] how many Process.waits are in flight in this process's reactors
       attr_reader :process_waits
+
+      # Changes in the child of every fork, so that an object can tell it was inherited across
+      # one by comparing this with the value it saw when it was made. Process.pid is a system
+      # call on glibc 2.25 and newer (it no longer caches the pid), a few microseconds each on a
+      # virtualised machine: too much for a check on every statement (Weft::Postgres::Pool).
+      # A child made by fork(2) from C, bypassing Process._fork, is not seen.
+      # @return [Integer]
+      attr_reader :generation
+
+      # Called in the child of a fork.
+      def forked
+        @generation += 1
+      end
 
       # Counts the block (a reactor's Process.wait, during which io-event holds a pidfd) as a
       # process wait in flight, so that a child forked meanwhile knows it has pidfds to close,

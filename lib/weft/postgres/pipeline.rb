@@ -96,6 +96,12 @@ module Weft
         @abandoned = 0      # abandoned statements in flight
         @draining = false
         @flush_scheduled = false
+        # The end-of-turn flush: one timer, re-armed for every segment rather than a new timer
+        # and block each time, on the timers of the reactor it was made in.
+        @flush_timer = nil
+        @flush_timers = nil
+        @deferred_flush = method(:deferred_flush)
+        @segment_sent_at = nil # when the first statement of the segment being built was sent
         @progress_at = nil  # monotonic time the last segment's sync point came back
         @slow_in_flight = 0 # statements in flight known to run long
       end
@@ -129,11 +135,13 @@ module Weft
       # @return [Integer, nil] nil when it takes no statement now: `limit` in flight, a slow
       #   statement in flight, draining, or fenced (a cancel request is on its way)
       def load(now, limit, stall_after)
-        return nil if @cancelling || @draining || @slow_in_flight.positive?
+        # Written with the operators the VM runs without a method call (`> 0`, `[0]`): the
+        # pool calls this for every pipeline on every statement.
+        return nil if @cancelling || @draining || @slow_in_flight > 0
         depth = @queue.size + @segment.size
         return nil if depth >= limit
-        head = @queue.first
-        head && now - segment_start(head) > stall_after ? depth + limit : depth
+        head = @queue[0] or return depth
+        now - segment_start(head) > stall_after ? depth + limit : depth
       end
 
       # Whether a statement may be sent here at all, a slow one in flight or not: fewer than
@@ -158,11 +166,15 @@ module Weft
 
       # Hands a statement to libpq and sends it with the others submitted in this turn of the
       # reactor (at once outside Weft). A request marked `alone` gets a segment of its own.
+      # Its statements go out in one write, and PostgreSQL answers them at the sync point
+      # after the last, so a segment's statements count as sent when its first was: the clock
+      # is read once per segment.
       # @raise [PG::Error] when libpq refuses it (nothing is queued then)
       def submit(request)
-        sync if request.alone && @unsynced.positive?
+        sync if request.alone && @unsynced > 0
         @raw.send_query_params(request.sql, request.params)
-        request.sent_at = Timers.now
+        @segment_sent_at = Timers.now if @unsynced == 0
+        request.sent_at = @segment_sent_at
         request.segment_end = false
         @queue << request
         @slow_in_flight += 1 if request.slow
@@ -224,7 +236,13 @@ module Weft
         scheduler = Weft.scheduler
         if scheduler && scheduler.thread.equal?(Thread.current)
           @flush_scheduled = true
-          scheduler.timers.after(0) { deferred_flush }
+          timers = scheduler.timers
+          if @flush_timers.equal?(timers)
+            @flush_timer.reschedule(0) # re-arms it, or moves it if the reader flushed first
+          else
+            @flush_timers = timers
+            @flush_timer = timers.after(0, @deferred_flush)
+          end
         else
           flush
         end
@@ -307,19 +325,23 @@ module Weft
       # Takes every result libpq has complete without waiting, and settles the statements of
       # each segment whose sync point came back.
       def settle_ready
-        until (@queue.empty? && @segment.empty?) || @raw.is_busy
-          result = @raw.sync_get_result
+        raw = @raw
+        queue = @queue
+        until (queue.empty? && @segment.empty?) || raw.is_busy
+          result = raw.sync_get_result
           if result.nil? # the end of the head statement's results
-            next if @queue.empty?
-            request = @queue.shift
+            request = queue.shift or next
             @clean = false if request.result.nil?
             @segment << request
             next
           end
           status = result.result_status
           if status == PG::PGRES_PIPELINE_SYNC
+            # Freed now rather than when the garbage collector sweeps it: pg counts a result's
+            # memory towards the next collection until it is cleared.
+            result.clear
             settle_segment
-          elsif (request = @queue.first)
+          elsif (request = queue[0])
             request.result ? result.clear : request.result = result
             next if SUCCEEDED.include?(status)
             @clean = false
@@ -338,7 +360,7 @@ module Weft
         now = Timers.now
         took = segment.empty? ? 0.0 : now - segment_start(segment.first)
         @progress_at = now
-        segment.each { |request| @slow_in_flight -= 1 if request.slow }
+        segment.each { |request| @slow_in_flight -= 1 if request.slow } if @slow_in_flight > 0
         clean = @clean
         @clean = true
         clean ? settle_committed(segment) : settle_failed(segment)

@@ -12,6 +12,7 @@ require_relative "slow_statements"
 require_relative "../timers"
 require_relative "../deadline"
 require_relative "../renamed_options"
+require_relative "../fork_handler"
 
 module Weft
   module Postgres
@@ -380,7 +381,7 @@ module Weft
       end
 
       def reset_state
-        @pid = Process.pid
+        @generation = ForkHandler.generation
         @pin_key = :"weft_postgres_pin_#{object_id}"
         @lock = Thread::Mutex.new
         @slot_queue = [] # SlotWaiters of #query callers waiting for a slot, first come first served
@@ -404,8 +405,10 @@ module Weft
       end
 
       # #synchronize under whatever the caller lets in (giving a connection back lets in none).
+      # The fork check runs on every statement, so it compares ForkHandler.generation rather
+      # than calling Process.pid (a system call).
       def locked(&block)
-        after_fork if Process.pid != @pid
+        after_fork if ForkHandler.generation != @generation
         raise PoolClosed, "the pool is closed" if @closed
         @lock.synchronize(&block)
       end
@@ -537,7 +540,7 @@ module Weft
       # One seen running long goes in a segment of its own, and nothing follows it down its
       # connection until it ends (Pipeline#stalled?).
       def pipelined(sql, params)
-        request = Request.new(sql, params)
+        request = Request.take(sql, params)
         if @slow_statements.slow?(sql)
           request.slow = true
           request.alone = true
