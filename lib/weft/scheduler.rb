@@ -39,6 +39,24 @@ module Weft
       end
     end
 
+    # Ends a fiber's timed #suspend when its timeout passes: #suspend returns nil to it. Made once
+    # per fiber and reactor (see Fiber#weft_suspend_timeout), so that a timed wait (a sleep, a
+    # Queue#pop with a timeout) allocates no Proc.
+    class SuspendTimeout
+      # @return [Scheduler] the reactor it wakes the fiber in: a fiber outlives a reactor when
+      #   user code resumes it under the next one on the same thread
+      attr_reader :scheduler
+
+      def initialize(scheduler, fiber)
+        @scheduler = scheduler
+        @fiber = fiber
+      end
+
+      def call
+        @scheduler.wake(@fiber, nil)
+      end
+    end
+
     # @return [Timers] the reactor's timers; their callbacks run in the loop fiber
     attr_reader :timers
     # @return [Thread] the thread the reactor runs on
@@ -200,7 +218,7 @@ module Weft
       end
 
       @suspended[fiber] = blocker
-      timer = @timers.after(timeout) { wake(fiber, nil) } if timeout
+      timer = @timers.after(timeout, suspend_timeout(fiber)) if timeout
       @selector.transfer
     ensure
       @suspended.delete(fiber)
@@ -531,8 +549,19 @@ module Weft
     # would hand them to the next task. Weft's own reusable per-fiber object stays.
     def forget_library_state(fiber)
       fiber.instance_variables.each do |name|
-        fiber.remove_instance_variable(name) unless name == :@weft_io_timeout
+        fiber.remove_instance_variable(name) unless WEFT_FIBER_STATE.include?(name)
       end
+    end
+
+    # The Fiber instance variables Weft itself keeps for reuse (see fiber_control.rb).
+    WEFT_FIBER_STATE = %i[@weft_io_timeout @weft_suspend_timeout].freeze
+    private_constant :WEFT_FIBER_STATE
+
+    # The fiber's SuspendTimeout for this reactor, made on its first timed wait here.
+    def suspend_timeout(fiber)
+      callback = fiber.weft_suspend_timeout
+      return callback if callback&.scheduler.equal?(self)
+      fiber.weft_suspend_timeout = SuspendTimeout.new(self, fiber)
     end
 
     # In a forked child this fiber went on with its task without a reactor (#process_fork). The
