@@ -233,10 +233,16 @@ module Weft
 
       @suspended[fiber] = blocker
       timer = @timers.after(timeout, suspend_timeout(fiber)) if timeout
-      @selector.transfer
+      value = @selector.transfer
+      # Only #run_ready switches back into a suspended fiber without raising, after #wake took it
+      # out of @suspended and #run_ready out of @ready: no bookkeeping is left to undo.
+      woken = true
+      value
     ensure
-      @suspended.delete(fiber)
-      @ready.delete(fiber)
+      unless woken # raised into (a cancellation, a timeout) or killed: it may still be listed
+        @suspended.delete(fiber)
+        @ready.delete(fiber)
+      end
       timer&.cancel
     end
 
@@ -244,10 +250,12 @@ module Weft
     # `value` as #suspend's result. Must be called on the reactor's thread.
     # @return [Boolean] false if the fiber was not parked (or was parked on another blocker)
     def wake(fiber, value = true, blocker = nil)
-      expected = @suspended[fiber]
+      expected = @suspended.delete(fiber)
       return false if expected.nil?
-      return false if blocker && !expected.equal?(blocker)
-      @suspended.delete(fiber)
+      if blocker && !expected.equal?(blocker)
+        @suspended[fiber] = expected # parked on something else: it stays parked
+        return false
+      end
       @ready[fiber] = value
       true
     end
@@ -276,6 +284,8 @@ module Weft
     # blocker Ruby passes here is not always the one it passed to #block (ConditionVariable waits
     # arrive through #kernel_sleep), so any Ruby-level wait may be woken; Weft's own waits are not.
     def unblock(_blocker, fiber)
+      # The reactor's own thread (a Queue hand-off between tasks) is the hot case: straight to #wake.
+      return wake(fiber, true, RUBY_WAIT) if Thread.current.equal?(@thread)
       wake_from_any_thread(fiber, RUBY_WAIT)
     end
 
