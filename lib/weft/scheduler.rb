@@ -613,14 +613,17 @@ module Weft
         starting.each { |task| start(task) }
       else
         # The head of a burst; tasks spawned meanwhile queue up behind the rest of it.
-        START_BATCH.times { start(starting.shift) }
+        START_BATCH.times { |_| start(starting.shift) } # |_|: see #run_ready
       end
     end
 
     def run_ready
       # Run only the fibers that were ready when this turn began: ones woken meanwhile wait for
       # the next turn, after I/O has been polled, so busy fibers cannot starve the sockets.
-      @ready.size.times do
+      # The block takes the index it does not need: on Ruby 3.3, YJIT cannot call a block that
+      # takes fewer parameters than Integer#times yields directly (its fallback,
+      # iseq_arity_error in --yjit-stats, was once per fiber switch).
+      @ready.size.times do |_|
         fiber, value = @ready.shift
         break unless fiber
         fiber.weft_transfer(value) if fiber.alive?
