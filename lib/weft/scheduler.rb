@@ -233,16 +233,10 @@ module Weft
 
       @suspended[fiber] = blocker
       timer = @timers.after(timeout, suspend_timeout(fiber)) if timeout
-      value = @selector.transfer
-      # Only #run_ready switches back into a suspended fiber without raising, after #wake took it
-      # out of @suspended and #run_ready out of @ready: no bookkeeping is left to undo.
-      woken = true
-      value
+      @selector.transfer
     ensure
-      unless woken # raised into (a cancellation, a timeout) or killed: it may still be listed
-        @suspended.delete(fiber)
-        @ready.delete(fiber)
-      end
+      @suspended.delete(fiber)
+      @ready.delete(fiber)
       timer&.cancel
     end
 
