@@ -17,29 +17,6 @@ class TaskTest < Minitest::Test
     assert_equal %i[spawn_returned first_started second_started first_done], order
   end
 
-  # A burst bigger than one turn's batch starts over several turns: still in spawn order, with
-  # what the burst's tasks spawn queued behind the rest of it, and with the fibers woken in
-  # between served meanwhile (the burst's first task ends before its last one starts).
-  def test_a_burst_of_spawns_starts_in_order_over_several_turns
-    burst = Weft::Scheduler::START_BATCH * 3 + 5
-    events = []
-    Weft.run do
-      tasks = Array.new(burst) do |i|
-        Weft.spawn do
-          events << [:start, i]
-          Weft.spawn { events << [:start, :child] } if i.zero?
-          sleep 0
-          events << [:end, i]
-        end
-      end
-      tasks.each(&:wait)
-    end
-    starts = events.filter_map { |kind, i| i if kind == :start }
-    assert_equal (0...burst).to_a + [:child], starts
-    assert_operator events.index([:end, 0]), :<, events.index([:start, burst - 1])
-    assert_equal burst, events.count { |kind, _| kind == :end }
-  end
-
   def test_a_task_cancelled_before_it_starts_never_runs
     ran = false
     task = nil

@@ -25,10 +25,6 @@ module Weft
     # Whether IOs have IO#timeout (Ruby 3.2+).
     IO_TIMEOUTS = IO.method_defined?(:timeout)
 
-    # The most spawned tasks one turn of the loop starts (see #spawn): well within the default
-    # pool of idle fibers, so that a burst runs on fibers (and stacks) reused from the pool.
-    START_BATCH = 128
-
     # What a fiber parked by Ruby itself (sleep, Mutex, Queue, ConditionVariable...) waits for.
     RUBY_WAIT = :ruby
 
@@ -175,16 +171,6 @@ module Weft
     # Starting lazily is cheap: spawning is an allocation, and a batch of new tasks then runs in
     # one turn, each returning straight to the loop when it suspends or ends. Starting at once
     # (as #fiber must) costs the spawner a trip through the loop for every task.
-    #
-    # A turn starts at most START_BATCH tasks; a bigger burst starts over the following turns,
-    # still in spawn order. In between, the loop polls I/O and fires timers, and the tasks of
-    # the burst that have ended already hand their fibers on to the next ones. Starting a burst
-    # of 10,000 tasks that sleep in one turn kept 10,000 fibers alive at once, each on a stack
-    # never touched before (bench/core's timers row: 3.5 page faults a task, where async, which
-    # enters every task as it is spawned, took 0.7).
-    #
-    # Fewer than START_BATCH tasks waiting start together as before; a PostgreSQL pipeline fed
-    # by a bigger burst sends its statements in START_BATCH-sized groups rather than in one.
     #
     # The task inherits `deadline`: by default the spawner's (see Weft.deadline), none for a
     # detached task (no parent), which must outlive its spawner and so is not bound by its
@@ -600,15 +586,10 @@ module Weft
     end
 
     def start_spawned
+      # Only the tasks spawned before this turn began: tasks they spawn start next turn.
       starting = @starting
-      if starting.size <= START_BATCH
-        # Only the tasks spawned before this turn began: tasks they spawn start next turn.
-        @starting = []
-        starting.each { |task| start(task) }
-      else
-        # The head of a burst; tasks spawned meanwhile queue up behind the rest of it.
-        START_BATCH.times { |_| start(starting.shift) } # |_|: see #run_ready
-      end
+      @starting = []
+      starting.each { |task| start(task) }
     end
 
     def run_ready
