@@ -74,6 +74,41 @@ class TimersTest < Minitest::Test
     assert_equal :again, fired.last
   end
 
+  # Durations that repeat and durations seen once, re-armed (#reschedule) and cancelled at random
+  # while armed: every survivor fires once, in deadline order, and the count stays exact throughout.
+  def test_random_arms_moves_and_cancels_keep_order_and_count
+    random = Random.new(3)
+    fired = []
+    live = {}.compare_by_identity
+    durations = [-0.5, -0.4, -0.3] + Array.new(20) { -random.rand(1.0) }
+    timers = Array.new(400) do
+      timer = @timers.after(durations.sample(random: random)) { fired << timer }
+      live[timer] = true
+      timer
+    end
+    300.times do
+      timer = timers.sample(random: random)
+      case random.rand(3)
+      when 0
+        timer.cancel
+        live.delete(timer)
+      when 1
+        timer.reschedule(durations.sample(random: random))
+        live[timer] = true
+      else
+        timers << (fresh = @timers.after(durations.sample(random: random)) { fired << fresh })
+        live[fresh] = true
+      end
+      assert_equal live.size, @timers.size
+    end
+    assert_equal live.size, @timers.fire
+    assert_equal live.keys.sort_by(&:object_id), fired.sort_by(&:object_id)
+    deadlines = fired.map(&:deadline)
+    assert_equal deadlines.sort, deadlines
+    assert_equal 0, @timers.size
+    assert_nil @timers.wait_interval
+  end
+
   def test_a_callable_instead_of_a_block
     callable = Object.new
     def callable.calls = @calls ||= 0

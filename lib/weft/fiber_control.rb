@@ -56,6 +56,10 @@ class Fiber
   # @api private: the Scheduler::IOTimeout that ends this fiber's timed I/O waits, made once
   # per fiber (task fibers are pooled) so that a timed wait allocates no Proc
   attr_accessor :weft_io_timeout
+
+  # @api private: the Scheduler::SuspendTimeout that ends this fiber's timed suspensions, kept
+  # for the same reason
+  attr_accessor :weft_suspend_timeout
 end
 
 Fiber.prepend(Weft::FiberControl)

@@ -39,6 +39,24 @@ module Weft
       end
     end
 
+    # Ends a fiber's timed #suspend when its timeout passes: #suspend returns nil to it. Made once
+    # per fiber and reactor (see Fiber#weft_suspend_timeout), so that a timed wait (a sleep, a
+    # Queue#pop with a timeout) allocates no Proc.
+    class SuspendTimeout
+      # @return [Scheduler] the reactor it wakes the fiber in: a fiber outlives a reactor when
+      #   user code resumes it under the next one on the same thread
+      attr_reader :scheduler
+
+      def initialize(scheduler, fiber)
+        @scheduler = scheduler
+        @fiber = fiber
+      end
+
+      def call
+        @scheduler.wake(@fiber, nil)
+      end
+    end
+
     # @return [Timers] the reactor's timers; their callbacks run in the loop fiber
     attr_reader :timers
     # @return [Thread] the thread the reactor runs on
@@ -200,7 +218,7 @@ module Weft
       end
 
       @suspended[fiber] = blocker
-      timer = @timers.after(timeout) { wake(fiber, nil) } if timeout
+      timer = @timers.after(timeout, suspend_timeout(fiber)) if timeout
       @selector.transfer
     ensure
       @suspended.delete(fiber)
@@ -212,10 +230,12 @@ module Weft
     # `value` as #suspend's result. Must be called on the reactor's thread.
     # @return [Boolean] false if the fiber was not parked (or was parked on another blocker)
     def wake(fiber, value = true, blocker = nil)
-      expected = @suspended[fiber]
+      expected = @suspended.delete(fiber)
       return false if expected.nil?
-      return false if blocker && !expected.equal?(blocker)
-      @suspended.delete(fiber)
+      if blocker && !expected.equal?(blocker)
+        @suspended[fiber] = expected # parked on something else: it stays parked
+        return false
+      end
       @ready[fiber] = value
       true
     end
@@ -244,6 +264,8 @@ module Weft
     # blocker Ruby passes here is not always the one it passed to #block (ConditionVariable waits
     # arrive through #kernel_sleep), so any Ruby-level wait may be woken; Weft's own waits are not.
     def unblock(_blocker, fiber)
+      # The reactor's own thread (a Queue hand-off between tasks) is the hot case: straight to #wake.
+      return wake(fiber, true, RUBY_WAIT) if Thread.current.equal?(@thread)
       wake_from_any_thread(fiber, RUBY_WAIT)
     end
 
@@ -531,8 +553,19 @@ module Weft
     # would hand them to the next task. Weft's own reusable per-fiber object stays.
     def forget_library_state(fiber)
       fiber.instance_variables.each do |name|
-        fiber.remove_instance_variable(name) unless name == :@weft_io_timeout
+        fiber.remove_instance_variable(name) unless WEFT_FIBER_STATE.include?(name)
       end
+    end
+
+    # The Fiber instance variables Weft itself keeps for reuse (see fiber_control.rb).
+    WEFT_FIBER_STATE = %i[@weft_io_timeout @weft_suspend_timeout].freeze
+    private_constant :WEFT_FIBER_STATE
+
+    # The fiber's SuspendTimeout for this reactor, made on its first timed wait here.
+    def suspend_timeout(fiber)
+      callback = fiber.weft_suspend_timeout
+      return callback if callback&.scheduler.equal?(self)
+      fiber.weft_suspend_timeout = SuspendTimeout.new(self, fiber)
     end
 
     # In a forked child this fiber went on with its task without a reactor (#process_fork). The
@@ -562,7 +595,10 @@ module Weft
     def run_ready
       # Run only the fibers that were ready when this turn began: ones woken meanwhile wait for
       # the next turn, after I/O has been polled, so busy fibers cannot starve the sockets.
-      @ready.size.times do
+      # The block takes the index it does not need: on Ruby 3.3, YJIT cannot call a block that
+      # takes fewer parameters than Integer#times yields directly (its fallback,
+      # iseq_arity_error in --yjit-stats, was once per fiber switch).
+      @ready.size.times do |_|
         fiber, value = @ready.shift
         break unless fiber
         fiber.weft_transfer(value) if fiber.alive?

@@ -3,14 +3,18 @@
 module Weft
   # The reactor's timers: callbacks due at a monotonic deadline.
   #
-  # Timers are kept in one FIFO list per duration, and the lists in a binary min-heap keyed on
-  # their first timer's deadline. Timers armed with the same duration expire in the order they
-  # were armed (the monotonic clock never goes back), so appending keeps a list sorted, and
-  # cancelling unlinks a timer in O(1). A server arms most of its timers with a few fixed
-  # durations (linger, idle, header and body timeouts) and cancels nearly all of them long
-  # before they expire: with one heap entry per timer, each cancel re-sorted the heap, which
-  # cost a hello-world request about 8% of its CPU time; now only a list whose first timer goes
-  # moves in the heap of lists, which stays as small as the number of distinct durations.
+  # Timers armed with the same duration expire in the order they were armed (the monotonic clock
+  # never goes back), so they are kept in one FIFO chain per duration, linked through the timers
+  # themselves, and only the first timer of each chain sits in a binary min-heap keyed on its
+  # deadline. Appending to a chain is O(1), and so is cancelling any timer but a chain's first; a
+  # cancelled or fired first timer hands its heap slot to its successor, which is due later, so
+  # the slot only ever moves down. A server arms most of its timers with a few fixed durations
+  # (linger, idle, header and body timeouts) and cancels nearly all of them long before they
+  # expire: with one heap entry per timer, each cancel re-sorted the heap, which cost a
+  # hello-world request about 8% of its CPU time; here the heap stays as small as the number of
+  # distinct durations. Timers of durations all different (sleeps of computed lengths) cost one
+  # heap entry each, as in a plain heap: the chains are the timers themselves, so no object is
+  # made beyond the Timer.
   #
   # io-event ships a timer heap too, but it cancels lazily: a cancelled timer stays in the heap
   # until its deadline reaches the top, so dead entries would pile up for the whole timeout
@@ -20,25 +24,26 @@ module Weft
     class Timer
       # @return [Float] the monotonic time at which it fires
       attr_reader :deadline
-      # @api private: the List it waits in (nil once fired or cancelled), and its neighbours
-      attr_accessor :list, :previous, :following
+      # @api private: the duration it was armed with (its chain's key; nil once fired or
+      # cancelled), its neighbours in that chain, and its heap slot while it is the chain's first
+      attr_accessor :duration, :previous, :following, :index
 
       # @param callback [#call]
       def initialize(timers, deadline, callback)
         @timers = timers
         @deadline = deadline
         @callback = callback
-        @list = @previous = @following = nil
+        @duration = @previous = @following = @index = nil
       end
 
       # Stops the timer from firing. Does nothing if it has fired or was cancelled already.
       def cancel
-        @timers.delete(self) if @list
+        @timers.delete(self) if @duration
       end
 
       # @return [Boolean] whether the timer is still waiting to fire
       def active?
-        !@list.nil?
+        !@duration.nil?
       end
 
       # Moves the deadline to `seconds` from now, re-arming a timer that fired or was cancelled.
@@ -57,68 +62,14 @@ module Weft
       end
     end
 
-    # The timers of one duration, earliest first (a doubly linked list through the timers).
-    class List
-      # @return [Float] the duration every timer in it was armed with
-      attr_reader :duration
-      # @return [Timer, nil] the earliest timer
-      attr_reader :first
-      # @api private: the list's slot in the heap of lists
-      attr_accessor :index
-
-      def initialize(duration)
-        @duration = duration
-        @first = @last = nil
-        @index = nil
-      end
-
-      # @return [Float] when the earliest timer is due
-      def deadline
-        @first.deadline
-      end
-
-      # @return [Boolean]
-      def empty?
-        @first.nil?
-      end
-
-      def push(timer)
-        timer.list = self
-        timer.previous = @last
-        timer.following = nil
-        if @last
-          @last.following = timer
-        else
-          @first = timer
-        end
-        @last = timer
-      end
-
-      def unlink(timer)
-        previous = timer.previous
-        following = timer.following
-        if previous
-          previous.following = following
-        else
-          @first = following
-        end
-        if following
-          following.previous = previous
-        else
-          @last = previous
-        end
-        timer.list = timer.previous = timer.following = nil
-      end
-    end
-
     # @return [Float] seconds on the monotonic clock, the only clock Weft's deadlines use
     def self.now
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
     def initialize
-      @heap = [] # of Lists, keyed on List#deadline
-      @lists = {} # duration => List
+      @heap = [] # the first Timer of every chain, keyed on Timer#deadline
+      @tails = {} # duration => the last Timer of that duration's chain
       @size = 0
     end
 
@@ -138,9 +89,9 @@ module Weft
 
     # @return [Float, nil] seconds until the next deadline (0 if one is due), nil if no timers
     def wait_interval(now = Timers.now)
-      list = @heap.first
-      return nil unless list
-      interval = list.deadline - now
+      timer = @heap.first
+      return nil unless timer
+      interval = timer.deadline - now
       interval.negative? ? 0 : interval
     end
 
@@ -148,7 +99,7 @@ module Weft
     # @return [Integer] how many fired
     def fire(now = Timers.now)
       fired = 0
-      while (list = @heap.first) && (timer = list.first).deadline <= now
+      while (timer = @heap.first) && timer.deadline <= now
         delete(timer)
         timer.fire
         fired += 1
@@ -158,21 +109,36 @@ module Weft
 
     # @api private
     def delete(timer)
-      list = timer.list
-      was_first = list.first.equal?(timer)
-      list.unlink(timer)
+      previous = timer.previous
+      following = timer.following
       @size -= 1
-      if list.empty?
-        @lists.delete(list.duration)
-        remove_list(list)
-      elsif was_first && @heap.size > 1
-        sift_down(list.index) # the list's deadline moved later
+      if previous
+        previous.following = following
+      else
+        # The chain's first: its successor, due later, takes over its heap slot.
+        index = timer.index
+        timer.index = nil
+        if following
+          following.index = index
+          @heap[index] = following
+          sift_down(index)
+        else
+          remove_slot(index)
+        end
       end
+      if following
+        following.previous = previous
+      elsif previous
+        @tails[timer.duration] = previous
+      else
+        @tails.delete(timer.duration)
+      end
+      timer.duration = timer.previous = timer.following = nil
     end
 
     # @api private
     def move(timer, seconds)
-      delete(timer) if timer.list
+      delete(timer) if timer.duration
       timer.deadline = Timers.now + seconds
       insert(timer, seconds)
       timer
@@ -182,23 +148,23 @@ module Weft
 
     def insert(timer, seconds)
       @size += 1
-      list = @lists[seconds]
-      if list
-        list.push(timer)
+      timer.duration = seconds
+      tail = @tails[seconds]
+      @tails[seconds] = timer
+      if tail
+        tail.following = timer
+        timer.previous = tail
       else
-        list = @lists[seconds] = List.new(seconds)
-        list.push(timer)
-        list.index = @heap.size
-        @heap << list
-        sift_up(list.index)
+        index = @heap.size
+        timer.index = index
+        @heap << timer
+        sift_up(index)
       end
     end
 
-    def remove_list(list)
-      index = list.index
+    def remove_slot(index)
       last = @heap.pop
-      list.index = nil
-      return if last.equal?(list)
+      return if index == @heap.size # it was the last slot
       @heap[index] = last
       last.index = index
       sift_down(index) unless sift_up(index)
@@ -207,8 +173,8 @@ module Weft
     # @return [Boolean] whether the entry moved
     def sift_up(index)
       heap = @heap
-      list = heap[index]
-      deadline = list.deadline
+      timer = heap[index]
+      deadline = timer.deadline
       start = index
       while index.positive?
         parent = (index - 1) >> 1
@@ -218,19 +184,18 @@ module Weft
         above.index = index
         index = parent
       end
-      heap[index] = list
-      list.index = index
+      heap[index] = timer
+      timer.index = index
       index != start
     end
 
     def sift_down(index)
       heap = @heap
       size = heap.size
-      list = heap[index]
-      deadline = list.deadline
-      loop do
-        child = (index << 1) + 1
-        break if child >= size
+      timer = heap[index]
+      deadline = timer.deadline
+      # A while loop rather than Kernel#loop: a `break` out of a block is a throw, slow on YJIT.
+      while (child = (index << 1) + 1) < size
         right = child + 1
         child = right if right < size && heap[right].deadline < heap[child].deadline
         below = heap[child]
@@ -239,8 +204,8 @@ module Weft
         below.index = index
         index = child
       end
-      heap[index] = list
-      list.index = index
+      heap[index] = timer
+      timer.index = index
     end
   end
 end
