@@ -10,6 +10,7 @@ require_relative "background"
 require_relative "lease"
 require_relative "slow_statements"
 require_relative "../timers"
+require_relative "../promise"
 require_relative "../deadline"
 require_relative "../renamed_options"
 require_relative "../fork_handler"
@@ -824,26 +825,58 @@ module Weft
         @connections.size + @connecting < @limit
       end
 
-      # Opens a connection with the lock released; counts it toward the limit meanwhile.
+      # Opens a connection for the caller; counts it toward the limit meanwhile.
+      #
+      # The connect runs in the background (Background.run), with the lock released, and the
+      # caller waits for it. A caller's deadline or cancellation ends only the caller's wait:
+      # the connect goes on, bounded by connect_timeout, and a connection the caller no longer
+      # wants joins the idle ones for the next caller. Connecting in the caller's own fiber
+      # tied every connect to that caller's deadline: after PostgreSQL restarted under load,
+      # each request under a 50 ms deadline began a connect that took longer than that on the
+      # busy machine, gave it up half-made, and the next request began another. The pool never
+      # got a connection back while the load lasted (bench/results/ringpool-notes.md), and the
+      # abandoned connects took the CPU the shards' requests needed.
       def open_connection
         @connecting += 1
-        connection = nil
+        attempt = ConnectAttempt.new(Promise.new, false)
+        Background.run("weft-postgres connect") { connect_in_background(attempt, @generation) }
         begin
-          unlocked do
-            connection = Connection.open(@settings, @connector)
-            @on_connect&.call(connection.raw)
-          end
+          unlocked { attempt.promise.wait }
         rescue Exception # rubocop:disable Lint/RescueException
-          connection&.close
+          # Given up (deadline, cancel) or the connect failed. Holding the lock again, this and
+          # #connect_in_background settle the connection's fate in one order or the other.
+          attempt.abandoned = true
+          release(attempt.promise.wait) if attempt.promise.fulfilled?
+          raise
+        end
+      end
+
+      # One connect of #open_connection: its promise, and whether its caller stopped waiting.
+      ConnectAttempt = Struct.new(:promise, :abandoned)
+
+      # The background half of #open_connection. `generation` is the fork generation the
+      # connect began in: in a child forked meanwhile the pool started afresh without it.
+      def connect_in_background(attempt, generation)
+        connection = Connection.open(@settings, @connector)
+        @on_connect&.call(connection.raw)
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        connection&.close
+        @lock.synchronize do
+          next if generation != @generation
+          @connecting -= 1
           wake_slot_waiter
           wake_pin_waiter
-          raise
-        ensure
-          @connecting -= 1
+          attempt.promise.reject(e) unless attempt.abandoned
         end
-        @connects += 1
-        @connections << connection
-        connection
+        raise unless e.is_a?(StandardError) # cancelled: the reactor is stopping
+      else
+        @lock.synchronize do
+          next connection.close if generation != @generation
+          @connecting -= 1
+          @connects += 1
+          @connections << connection
+          attempt.abandoned ? release(connection) : attempt.promise.fulfill(connection)
+        end
       end
 
       # The most recently used free connection that is still alive and young enough.
