@@ -54,7 +54,8 @@ class Fiber
   alias_method :weft_transfer, :transfer
 
   # @api private: the Scheduler::IOTimeout that ends this fiber's timed I/O waits, made once
-  # per fiber (task fibers are pooled) so that a timed wait allocates no Proc
+  # per fiber and reactor (task fibers are pooled) so that a timed wait allocates nothing and
+  # arms no timer of its own
   attr_accessor :weft_io_timeout
 
   # @api private: the Scheduler::SuspendTimeout that ends this fiber's timed suspensions, kept

@@ -189,12 +189,15 @@ module Weft
         # sees the fiber that holds the reactor). Set per task rather than per request.
         Thread.current[StallDetector::REQUEST] = self
         return unless read_available(wait_timeout)
-        loop do
+        # `while true` rather than Kernel#loop: no block call per request, and the returns
+        # below leave the method directly rather than by a throw out of a block.
+        while true # rubocop:disable Style/InfiniteLoop
           keep_alive = serve_one
           return if @detached # hijacked: the socket is the app's now
           return if keep_alive == :parked # the rest of a head will wake it up
           return close unless keep_alive
-          @idle_since = Timers.now
+          # Timers.now inlined: one Ruby call fewer per request.
+          @idle_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           next unless @stream.buffer.empty? # pipelined requests are answered in order
           return unless read_available(@settings.idle_timeout, speculative: false)
         end

@@ -64,10 +64,11 @@ module Weft
       # --- For connections ----------------------------------------------------------------
 
       # @return [Boolean] whether a graceful stop is under way (connections close after their
-      #   current request)
-      def stopping?
-        @stopping
-      end
+      #   current request). An attribute reader under a predicate's name: a connection asks
+      #   between any two requests, and a reader, unlike a method, pushes no Ruby frame.
+      attr_reader :stopping
+      alias stopping? stopping
+      private :stopping
 
       # @param connection [Connection]
       # @return [Float] seconds left, during a graceful stop, for a connection between requests

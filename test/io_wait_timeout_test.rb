@@ -1,0 +1,185 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# Timed readiness waits (IO#wait_readable(seconds) and the like: the server's linger, idle and
+# body waits, the HTTP client's reads) under Scheduler::IOTimeout, which keeps one timer per
+# fiber armed past the wait that armed it and re-arms it only when it fires during a wait that
+# is not over yet. Whatever the timer's history, each wait must end at its own deadline: not
+# before (a timer armed by an earlier, shorter or earlier-ending wait) and not much after.
+class IOWaitTimeoutTest < Minitest::Test
+  # How late past its deadline a wait may end: the reactor's turn plus this busy, shared
+  # machine's scheduling delays. Ending early is never allowed.
+  LATE = 0.25
+
+  def setup
+    @sockets = []
+  end
+
+  def teardown
+    @sockets.each(&:close)
+  end
+
+  def test_a_silent_wait_ends_at_its_timeout
+    reader, = socket_pair
+    result, elapsed = Weft.run { timed { reader.wait_readable(0.05) } }
+    assert_nil result
+    assert_on_time 0.05, elapsed
+  end
+
+  def test_a_wait_that_ends_in_time_returns_the_io
+    reader, writer = socket_pair
+    result, elapsed = Weft.run do
+      Weft.spawn { sleep 0.02; writer.write("x") }
+      timed { reader.wait_readable(1) }
+    end
+    assert_equal reader, result
+    assert_operator elapsed, :<, 0.5
+  end
+
+  # The first wait arms the timer for t+0.2 and ends at t+0.1; the second runs to t+0.3. When
+  # the timer fires at t+0.2 the second wait has 0.1 s left: it must be re-armed, not ended.
+  def test_a_later_deadline_re_arms_the_timer_when_it_fires
+    reader, writer = socket_pair
+    Weft.run do
+      Weft.spawn { sleep 0.1; writer.write("x") }
+      assert_equal reader, reader.wait_readable(0.2)
+      reader.read_nonblock(1)
+      result, elapsed = timed { reader.wait_readable(0.2) }
+      assert_nil result
+      assert_on_time 0.2, elapsed
+    end
+  end
+
+  # A shorter wait after a long one that ended at once: the timer, armed 5 s out, must move in.
+  def test_an_earlier_deadline_moves_the_timer_in
+    reader, writer = socket_pair
+    Weft.run do
+      writer.write("x")
+      assert_equal reader, reader.wait_readable(5)
+      reader.read_nonblock(1)
+      result, elapsed = timed { reader.wait_readable(0.05) }
+      assert_nil result
+      assert_on_time 0.05, elapsed
+    end
+  end
+
+  def test_a_fiber_waits_again_after_a_timeout
+    reader, writer = socket_pair
+    Weft.run do
+      3.times do
+        result, elapsed = timed { reader.wait_readable(0.03) }
+        assert_nil result
+        assert_on_time 0.03, elapsed
+      end
+      Weft.spawn { sleep 0.05; writer.write("x") }
+      result, elapsed = timed { reader.wait_readable(0.5) }
+      assert_equal reader, result
+      assert_operator elapsed, :<, 0.45
+    end
+  end
+
+  # Waits that end in time leave one timer armed however many there were; once it comes due
+  # with no wait on, it lapses and leaves the reactor's timers.
+  def test_waits_that_end_in_time_share_one_timer_which_lapses
+    reader, writer = socket_pair
+    counts = Weft.run do
+      100.times do
+        writer.write("x")
+        reader.wait_readable(0.1)
+        reader.read_nonblock(1)
+      end
+      during = Weft.scheduler.statistics[:timers]
+      sleep 0.15
+      [during, Weft.scheduler.statistics[:timers]]
+    end
+    assert_equal [1, 0], counts
+  end
+
+  # A wait cut short by cancellation leaves its timer armed; the pooled fiber then runs another
+  # task, which waits on a Queue with no timeout. The old timer firing meanwhile must not end
+  # that wait (it would return false from Queue#pop's wait, or resume the fiber out of turn).
+  def test_a_cancelled_wait_leaves_no_wake_up_for_the_fibers_next_task
+    reader, = socket_pair
+    Weft.run do
+      waiter_fiber = nil
+      waiter = Weft.spawn do
+        waiter_fiber = Fiber.current
+        reader.wait_readable(0.05)
+      end
+      sleep 0.01
+      waiter.cancel
+      waiter.wait
+      assert_predicate waiter, :cancelled?
+      queue = Thread::Queue.new
+      popper = Weft.spawn { [Fiber.current, timed { queue.pop }] }
+      sleep 0.15 # past the cancelled wait's deadline
+      queue << :late
+      fiber, (value, elapsed) = popper.wait
+      assert_same waiter_fiber, fiber, "the test needs the pooled fiber to be reused"
+      assert_equal :late, value
+      assert_operator elapsed, :>=, 0.1
+    end
+  end
+
+  def test_a_sleep_after_a_timed_wait_is_not_cut_short
+    reader, writer = socket_pair
+    Weft.run do
+      writer.write("x")
+      reader.wait_readable(0.03) # ends at once; its timer stays armed for 30 ms
+      _, elapsed = timed { sleep 0.1 }
+      assert_operator elapsed, :>=, 0.1
+    end
+  end
+
+  # Many fibers, each with its own timeout, each first served in time a few times (their
+  # timers armed once and left alone) and then left silent: each times out at its own deadline.
+  def test_many_connections_with_different_deadlines
+    pairs = Array.new(40) { socket_pair }
+    outcomes = Weft.run do
+      Weft.map(pairs.each_with_index.to_a) do |(reader, writer), i|
+        # Wide margins: the writers start a turn late, and this machine's turns can be slow.
+        timeout = 0.2 + (0.02 * (i % 8))
+        served = Array.new(3) do
+          Weft.spawn { sleep timeout / 10; writer.write("x") }
+          ready = reader.wait_readable(timeout)
+          reader.read_nonblock(1)
+          ready
+        end
+        result, elapsed = timed { reader.wait_readable(timeout) }
+        [served, result, timeout, elapsed]
+      end
+    end
+    pairs.each_with_index do |(reader, _), i|
+      served, result, timeout, elapsed = outcomes[i]
+      assert_equal [reader] * 3, served
+      assert_nil result
+      assert_on_time timeout, elapsed
+    end
+  end
+
+  # A worker fiber that ends (the pool is full) must not be kept alive by its timer.
+  def test_a_fiber_that_ends_disarms_its_timer
+    reader, writer = socket_pair
+    writer.write("x")
+    scheduler = Weft::Scheduler.new(fiber_pool_size: 0)
+    Fiber.set_scheduler(scheduler)
+    task = scheduler.spawn(nil, "waiter", [], proc { reader.wait_readable(5) })
+    scheduler.run
+    assert_equal reader, task.wait
+    assert_equal 0, scheduler.statistics[:timers]
+  ensure
+    Fiber.set_scheduler(nil)
+  end
+
+  private
+
+  def socket_pair
+    UNIXSocket.pair.tap { |pair| @sockets.concat(pair) }
+  end
+
+  def assert_on_time(timeout, elapsed)
+    assert_operator elapsed, :>=, timeout, "ended early"
+    assert_operator elapsed, :<, timeout + LATE, "ended late"
+  end
+end
