@@ -485,19 +485,19 @@ module Weft
     # when it began, and it returned as soon as something was: the I/O became ready when the
     # wait ended (the selector's idle_duration from the poll's start). If it did not block, the
     # I/O was not ready at the poll before it, if the fiber was already waiting then (that is,
-    # if that poll began after `since`), so it became ready after that poll began; else all
-    # that is known is `since`.
+    # if that poll began after `since`), so it became ready after that poll began. Otherwise
+    # the reactor cannot tell.
     #
     # The answer is a lower bound but for one thing: the operating system's delay in giving
     # this thread a core back after a blocking poll is part of the wait as the selector
     # measures it.
-    # @param since [Float] monotonic time (Timers.now) at which the caller last found its I/O
-    #   not ready, with no wait between then and the wait it has just come back from
-    # @return [Float] monotonic time, no earlier than `since`
+    # @param since [Float] monotonic time (Timers.now) at which the fiber began to wait, with
+    #   no wait between then and the one it has just come back from
+    # @return [Float, nil] monotonic time, later than `since`; nil when the reactor cannot tell
     def readiness_floor(since)
       idle = @selector.idle_duration
       floor = idle > 0 ? @poll_started + idle : @earlier_poll_started
-      floor && floor > since ? floor : since
+      floor if floor && floor > since
     end
 
     # Counters for statistics pages and tests.

@@ -105,8 +105,8 @@ module Weft
         @segment_sent_at = nil # when the first statement of the segment being built was submitted
         @unwritten = 0      # statements submitted since the last flush (at the end of @queue)
         @progress_at = nil  # monotonic time the last segment's sync point came back
-        @read_at = Timers.now  # monotonic time of the last read from the server (#read_input)
-        @arrived_after = @read_at # what the last read brought arrived after this (#read_input)
+        @read_at = Timers.now  # monotonic time of the last read from the server (#wait_and_read)
+        @arrived_after = @read_at # what the last read brought arrived after this (#wait_and_read)
         @slow_in_flight = 0 # statements in flight known to run long
       end
 
@@ -320,15 +320,13 @@ module Weft
       # reader.
       def lead(condition, deadline)
         @reader = condition
-        woken = nil
         until yield
           @flush_scheduled = false
           events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
-          read_input(woken)
           settle_ready
           # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
           break if yield || in_flight_none? || deadline&.expired?
-          woken = wait_socket(events, deadline&.remaining)
+          wait_and_read(events, deadline&.remaining)
         end
       rescue PG::Error, IOError, SystemCallError => e
         lost(e)
@@ -342,25 +340,19 @@ module Weft
         end
       end
 
-      # Waits for the socket with the lock released.
-      # @return [Float] the earliest moment the socket can have become ready (ServerTime)
-      def wait_socket(events, timeout)
+      # Waits for the socket (with the lock released) and reads what has come. What the read
+      # brings arrived after the read before it (which found it not in), and after the moment
+      # the socket became ready, when the reactor can tell (ServerTime): that is the earliest a
+      # segment whose sync point it brings can have ended on the server (#settle_segment).
+      def wait_and_read(events, timeout)
         io = @raw.socket_io
+        waiting_since = Timers.now
         @owner.unlocked { io.wait(events, timeout) }
-        ServerTime.answered_after(@read_at)
-      end
-
-      # Reads what the server has sent. What this read brings arrived after the last read
-      # (which found it not in), and after the moment the socket became ready if the reader
-      # waited for it since (`woken`, from #wait_socket): that is the earliest a segment whose
-      # sync point this read brings can have ended on the server (see #settle_segment). The
-      # reader reads once more as it takes over, so that what came while nobody was reading
-      # counts as arrived no later than the read before.
-      def read_input(woken)
+        ready_after = ServerTime.ready_after(waiting_since)
         read_at = @read_at
         @raw.consume_input
         @read_at = Timers.now
-        @arrived_after = woken && woken > read_at ? woken : read_at
+        @arrived_after = ready_after && ready_after > read_at ? ready_after : read_at
       end
 
       # Takes every result libpq has complete without waiting, and settles the statements of
@@ -400,7 +392,7 @@ module Weft
         @segment = []
         # The server's time on the segment as far as it can be told, which is what the pool
         # learns from (SlowStatements): from the latest the server can have started on it to
-        # the earliest its sync point can have arrived (#read_input). Up to when the sync point
+        # the earliest its sync point can have arrived (#wait_and_read). Up to when the sync point
         # is read instead, it would include the time this process took to get round to reading
         # it (a busy reactor, a core shared with other processes), and short statements would
         # pass for long ones under load.

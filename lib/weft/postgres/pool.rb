@@ -571,7 +571,7 @@ module Weft
         started = Timers.now
         result = interruptible(ANYWHERE) { connection.raw.exec_params(sql, params) }
         clean = true
-        took = ServerTime.answered_after(started) - started
+        took = (ServerTime.ready_after(started) || started) - started
         @lock.synchronize { @slow_statements.observe(sql, took) }
         result
       ensure

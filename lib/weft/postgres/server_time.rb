@@ -12,14 +12,14 @@ module Weft
     module ServerTime
       module_function
 
-      # The earliest moment the answer the caller has just read (after waiting for its socket)
-      # can have arrived: under Weft's reactor, what the reactor knows of when the socket became
-      # readable (Scheduler#readiness_floor); elsewhere (a thread blocked in the wait, another
-      # fiber scheduler) the moment now, as the caller was woken as soon as it came.
-      # @param since [Float] monotonic time at which the caller last found its answer not in,
-      #   with no wait between then and the wait it has just come back from
-      # @return [Float] monotonic time, no earlier than `since`
-      def answered_after(since)
+      # For a caller that has just come back from waiting for its socket: the earliest moment
+      # the socket can have become ready. Under Weft's reactor, what the reactor knows of it
+      # (Scheduler#readiness_floor), nil when it cannot tell; elsewhere (a thread blocked in the
+      # wait, another fiber scheduler) the moment now, as the caller was woken when it came.
+      # @param since [Float] monotonic time at which the caller began to wait, with no wait
+      #   between then and the one it has just come back from
+      # @return [Float, nil] monotonic time
+      def ready_after(since)
         scheduler = Weft.scheduler
         return Timers.now if scheduler.nil? || Fiber.current.blocking?
         scheduler.readiness_floor(since)
