@@ -282,6 +282,95 @@ class SchedulerTest < Minitest::Test
     assert_operator stats[:spawned], :>=, 2
   end
 
+  # An idle reactor blocks in its poll until the socket is ready: the readiness floor is when
+  # that poll returned, i.e. when the peer wrote (here from another thread, 50 ms on).
+  def test_readiness_floor_after_a_blocking_poll_is_when_the_io_became_ready
+    reader, writer = UNIXSocket.pair
+    since = floor = written_at = woken_at = nil
+    Weft.run do
+      peer = Thread.new do
+        sleep 0.05
+        written_at = Weft::Timers.now
+        writer.write("x")
+      end
+      since = Weft::Timers.now
+      reader.wait_readable
+      floor = Weft.scheduler.readiness_floor(since)
+      woken_at = Weft::Timers.now
+      peer.join
+    end
+    assert_operator floor, :>=, written_at - 0.001, "the floor is before the write"
+    assert_operator floor, :<=, woken_at
+    assert_operator floor - since, :>=, 0.045
+  ensure
+    reader&.close
+    writer&.close
+  end
+
+  # A busy reactor gets to a ready socket late: the fiber that made it ready (by writing to
+  # the peer) spins for 50 ms before it lets the reactor poll. The readiness floor does not
+  # count that delay: nothing tells the reactor that the socket was not ready all along since
+  # the reader last looked.
+  def test_readiness_floor_does_not_count_the_time_other_fibers_ran
+    reader, writer = UNIXSocket.pair
+    since = floor = woken_at = written_at = nil
+    Weft.run do
+      waiting = Weft.spawn do
+        since = Weft::Timers.now
+        reader.wait_readable
+        floor = Weft.scheduler.readiness_floor(since)
+        woken_at = Weft::Timers.now
+      end
+      Weft.spawn do
+        written_at = Weft::Timers.now
+        writer.write("x")
+        spin_until = Weft::Timers.now + 0.05
+        nil while Weft::Timers.now < spin_until
+      end
+      waiting.wait
+    end
+    assert_operator woken_at - written_at, :>=, 0.05
+    # No poll found the socket not ready while it waited: the reactor cannot tell.
+    assert(floor.nil? || floor <= written_at + 0.005, "the floor counts the 50 ms another fiber ran")
+  ensure
+    reader&.close
+    writer&.close
+  end
+
+  # While the reactor keeps polling (fibers ready every turn, so no poll blocks), the floor
+  # moves with the polls that did not find the socket ready: a socket that becomes ready
+  # 50 ms after the reader last looked has a floor near 50 ms, not at the last look.
+  def test_readiness_floor_follows_the_polls_that_found_nothing
+    reader, writer = UNIXSocket.pair
+    since = floor = written_at = nil
+    Weft.run do
+      stop = false
+      spinner = Weft.spawn do
+        until stop
+          spin_until = Weft::Timers.now + 0.002
+          nil while Weft::Timers.now < spin_until
+          sleep 0
+        end
+      end
+      peer = Thread.new do
+        sleep 0.05
+        written_at = Weft::Timers.now
+        writer.write("x")
+      end
+      since = Weft::Timers.now
+      reader.wait_readable
+      floor = Weft.scheduler.readiness_floor(since)
+      stop = true
+      peer.join
+      spinner.wait
+    end
+    assert_operator floor, :<=, written_at + 0.001
+    assert_operator floor, :>=, written_at - 0.02, "the floor is far behind the last poll that found nothing"
+  ensure
+    reader&.close
+    writer&.close
+  end
+
   def test_a_blocking_call_in_the_loop_fiber_is_refused
     scheduler = Weft::Scheduler.new
     error = assert_raises(Weft::Error) { scheduler.suspend(0.01) }

@@ -8,6 +8,7 @@
 #   perf record -g bundle exec ruby bench/postgres/pool_profile.rb 5            # + C-level profile
 #   WEFT_STACKPROF=out.dump bundle exec ruby bench/postgres/pool_profile.rb 5   # + Ruby-level profile
 #   WEFT_COUNT=1 bundle exec ruby bench/postgres/pool_profile.rb 5               # + events per statement
+#   WEFT_BUSY=2 bundle exec ruby bench/postgres/pool_profile.rb 5                # on a busy reactor
 #
 # Prints statements/s, CPU microseconds of this process per statement (user and system: the
 # pool, pg, libpq, the reactor, the kernel's socket work; PostgreSQL's own work is in other
@@ -17,6 +18,13 @@
 # With WEFT_COUNT set it counts, per statement, fiber switches and calls of the reactor's and
 # pg's methods that a statement's trip goes through (TracePoints slow the run down; the counts
 # are what matters). DATABASE_URL picks the server (a private throwaway cluster otherwise, see support.rb).
+# With WEFT_BUSY=N, N more fibers keep the reactor busy while measuring, as request handlers doing
+# CPU work would: each spins for WEFT_SPIN_MS (default 5) ms between yields, so that every turn of
+# the reactor, and every answer's reading, is late. Their own CPU is taken out of the per-statement
+# figure. Either way it counts how often the pool found a statement running long (and so kept it
+# apart, see docs/postgres.md, "Routing"), with a wrapper of its own around
+# Weft::Postgres::SlowStatements, so that it counts the same on checkouts without the pool's
+# slow_marked counter (copy this file into the other checkout to run it there).
 
 require_relative "support"
 require_relative "pool_bench"
@@ -39,19 +47,67 @@ module PostgresBench
       figures = nil
       counts = nil
       count, = PoolBench.select_one_loop(pool, seconds) do |measured|
+        busy = Busy.new(Integer(ENV.fetch("WEFT_BUSY", 0)), Float(ENV.fetch("WEFT_SPIN_MS", 5)) / 1000)
         before = snapshot
         counts = counted { profiled { measured.call } }
+        busy.stop
         figures = delta(before, snapshot)
+        figures[:spun] = busy.cpu
       end
       report(count, figures, pool.statistics) + counts.map { |name, n| format("%-30s %.2f per statement\n", name, n.to_f / count) }.join
     ensure
       pool&.close
     end
 
+    # Counts SlowStatements' markings (every time a statement is found running long).
+    module MarkingCounter
+      class << self
+        attr_accessor :count
+      end
+      self.count = 0
+
+      private
+
+      def remember(sql)
+        MarkingCounter.count += 1
+        super
+      end
+    end
+    Weft::Postgres::SlowStatements.prepend(MarkingCounter)
+
+    # Fibers that keep the reactor busy: each spins for `spin` seconds, then yields, until
+    # stopped; #cpu is the thread CPU time they spun.
+    class Busy
+      # @return [Float] seconds of CPU spent spinning
+      attr_reader :cpu
+
+      def initialize(fibers, spin)
+        @stop = false
+        @cpu = 0.0
+        @tasks = Array.new(fibers) do
+          Weft.spawn do
+            until @stop
+              started = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+              spin_until = PostgresBench.now + spin
+              nil while PostgresBench.now < spin_until
+              @cpu += Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - started
+              sleep 0
+            end
+          end
+        end
+      end
+
+      def stop
+        @stop = true
+        Weft.gather(@tasks)
+      end
+    end
+
     def snapshot
       times = Process.times
       { wall: PostgresBench.now, cpu_user: times.utime, cpu_system: times.stime,
-        allocated: GC.stat(:total_allocated_objects), gc: GC.stat(:count), minor: GC.stat(:minor_gc_count) }
+        allocated: GC.stat(:total_allocated_objects), gc: GC.stat(:count), minor: GC.stat(:minor_gc_count),
+        marked: MarkingCounter.count }
     end
 
     def delta(before, after)
@@ -87,9 +143,11 @@ module PostgresBench
 
     def report(count, figures, statistics)
       per = ->(value) { format("%.2f", value * 1e6 / count) }
+      busy = ENV.fetch("WEFT_BUSY", "0")
       <<~TEXT
         statements: #{count} in #{format('%.2f', figures[:wall])} s = #{PostgresBench.format_number(count / figures[:wall])}/s
-        CPU per statement (µs): user #{per[figures[:cpu_user]]}, system #{per[figures[:cpu_system]]}
+        CPU per statement (µs): user #{per[figures[:cpu_user]]}, system #{per[figures[:cpu_system]]}#{busy == '0' ? '' : ", spinners' #{per[figures[:spun]]} taken out of user+system: #{per[figures[:cpu_user] + figures[:cpu_system] - figures[:spun]]}"}
+        statements found running long (marked slow): #{figures[:marked]} (#{busy} spinning fibers)
         objects allocated per statement: #{format('%.1f', figures[:allocated].to_f / count)}
         GC runs: #{figures[:gc]} (#{figures[:minor]} minor)
         pool: #{statistics.slice(:queries, :pipelined, :max_depth, :connects).map { |k, v| "#{k}=#{v}" }.join(' ')}

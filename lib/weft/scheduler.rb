@@ -150,6 +150,9 @@ module Weft
       @max_lag = 0.0
       @lag = 0.0
       @turn_started = nil
+      # When the current poll (#select) and the one before it began: see #readiness_floor.
+      @poll_started = nil
+      @earlier_poll_started = nil
       @closed = false
       # Set in the child of a fork: this copy of the reactor belongs to the parent (see #process_fork).
       @forked = false
@@ -180,7 +183,10 @@ module Weft
       return if @tasks.empty? # the last task just ended: do not wait for events nobody wants
 
       interval = @ready.empty? && @raises.empty? && @starting.empty? ? @timers.wait_interval : 0
-      record_lag(Timers.now - @turn_started) if @turn_started
+      now = Timers.now
+      record_lag(now - @turn_started) if @turn_started
+      @earlier_poll_started = @poll_started
+      @poll_started = now
       @selector.select(interval)
       @turn_started = Timers.now
       @timers.fire(@turn_started)
@@ -516,6 +522,32 @@ module Weft
       result
     ensure
       worker&.kill unless outcome # the fiber was cancelled: the thread's result has no reader
+    end
+
+    # For a fiber that this reactor has just woken for I/O readiness: the earliest moment that
+    # readiness can have come about, as far as the reactor can tell. Code that times work done
+    # on the far side of a socket (a database statement) uses it so as not to count the time
+    # the reactor spent running other fibers before it looked at the socket and got to the
+    # waiting fiber.
+    #
+    # io-event resumes the fibers whose I/O is ready inside the selector's poll, so the fiber
+    # runs within the poll that found its I/O ready. If that poll blocked, nothing was ready
+    # when it began, and it returned as soon as something was: the I/O became ready when the
+    # wait ended (the selector's idle_duration from the poll's start). If it did not block, the
+    # I/O was not ready at the poll before it, if the fiber was already waiting then (that is,
+    # if that poll began after `since`), so it became ready after that poll began. Otherwise
+    # the reactor cannot tell.
+    #
+    # The answer is a lower bound but for one thing: the operating system's delay in giving
+    # this thread a core back after a blocking poll is part of the wait as the selector
+    # measures it.
+    # @param since [Float] monotonic time (Timers.now) at which the fiber began to wait, with
+    #   no wait between then and the one it has just come back from
+    # @return [Float, nil] monotonic time, later than `since`; nil when the reactor cannot tell
+    def readiness_floor(since)
+      idle = @selector.idle_duration
+      floor = idle > 0 ? @poll_started + idle : @earlier_poll_started
+      floor if floor && floor > since
     end
 
     # Counters for statistics pages and tests. `timers` counts every armed timer, including

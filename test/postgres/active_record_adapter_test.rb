@@ -254,6 +254,63 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
                                       .map { |row| row["body"] }
   end
 
+  # Adapters of one database share one type map, built once by the first adapter that connects
+  # (three catalog queries on pg_type and pg_range), though many fibers on several threads
+  # connect theirs at once.
+  def test_adapters_share_one_type_map_built_once
+    ActiveRecord::Base.remove_connection
+    ActiveRecord::ConnectionAdapters::WeftPostgreSQL::SharedDatabase.close_all # no map yet
+    ActiveRecord::Base.establish_connection(config)
+    builds = []
+    subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
+      builds << payload[:sql] if payload[:sql].include?("pg_range") && !payload[:sql].include?("t.oid IN")
+    end
+    adapters = Array.new(4) do
+      Thread.new do
+        Weft.run do
+          Weft.timeout(30) do
+            Weft.gather(Array.new(10) do
+              Weft.spawn do
+                ActiveRecord::Base.connection_pool.with_connection do |conn|
+                  conn.select_value("select 1") # connects it
+                  [conn, conn.send(:type_map)]
+                end
+              end
+            end)
+          end
+        end
+      end
+    end.flat_map(&:value)
+    assert_operator adapters.map(&:first).uniq.size, :>, 1, "one adapter served them all: nothing was shared"
+    assert_equal 1, adapters.map { |_, map| map.object_id }.uniq.size, "the adapters have type maps of their own"
+    assert_equal 3, builds.size, "the type map was built #{builds.size / 3.0} times"
+  ensure
+    ActiveSupport::Notifications.unsubscribe(subscriber) if subscriber
+  end
+
+  # A type added through one adapter (ActiveRecord rebuilds the type map after create_enum)
+  # reaches the others at once: they read the rebuilt shared map.
+  def test_a_type_added_through_one_adapter_reaches_the_others
+    pool = ActiveRecord::Base.connection_pool
+    adding = pool.checkout
+    other = pool.checkout
+    refute_same adding, other
+    [adding, other].each(&:verify!)
+    adding.drop_enum(:weft_mood, if_exists: true)
+    before = other.send(:type_map)
+    adding.create_enum(:weft_mood, %w[happy sad])
+    oid = adding.select_value("select 'weft_mood'::regtype::oid").to_i
+    refute before.key?(oid)
+    after = other.send(:type_map)
+    refute before.equal?(after), "the type map was not rebuilt"
+    assert after.equal?(adding.send(:type_map)), "the adapter that rebuilt it does not use the new map"
+    assert_instance_of ActiveRecord::ConnectionAdapters::PostgreSQL::OID::Enum, after.lookup(oid)
+  ensure
+    adding&.drop_enum(:weft_mood, if_exists: true)
+    pool.checkin(adding) if adding
+    pool.checkin(other) if other
+  end
+
   private
 
   def config

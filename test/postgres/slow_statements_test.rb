@@ -31,6 +31,15 @@ class PostgresSlowStatementsTest < Minitest::Test
     assert @slow.slow?("select pg_sleep(1)")
   end
 
+  def test_marked_counts_every_statement_found_running_long
+    @slow.observe("select pg_sleep(1)", LONG * 2)
+    @slow.observe("select pg_sleep(1)", LONG * 2) # known already: counts again
+    @slow.observe_segment([Statement.new("select 1"), Statement.new("select 2")], LONG)
+    @slow.observe("select 3", LONG / 10)
+    @slow.observe_segment([Statement.new("select 4")], LONG / 10)
+    assert_equal 4, @slow.marked
+  end
+
   def test_memory_is_bounded_and_forgets_the_longest_unseen_first
     memory = Weft::Postgres::SlowStatements::MEMORY
     @slow.observe("first", LONG)

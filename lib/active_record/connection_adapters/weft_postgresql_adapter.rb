@@ -114,17 +114,45 @@ module ActiveRecord
       end
 
       def connect
-        database = WeftPostgreSQL::SharedDatabase.for(@connection_parameters, @config, default_timezone)
-        @raw_connection = WeftPostgreSQL::RoutedConnection.new(database)
+        @shared_database = WeftPostgreSQL::SharedDatabase.for(@connection_parameters, @config, default_timezone)
+        @raw_connection = WeftPostgreSQL::RoutedConnection.new(@shared_database)
       end
 
       # Only what lives in this process: encoders, decoders and the type map. The session
-      # settings are the shared pool's (WeftPostgreSQL::SessionSetup).
+      # settings are the shared pool's (WeftPostgreSQL::SessionSetup); the type map is the
+      # shared database's, built by the first adapter that connects (SharedDatabase#type_map).
       def configure_connection
         check_version
         add_pg_encoders
         add_pg_decoders
-        reload_type_map
+        @shared_database.type_map(@default_timezone) { build_type_map }
+      end
+
+      # ActiveRecord calls this after a schema change that adds or alters types (extensions,
+      # enums): the shared type map is built anew, for every adapter of the database with this
+      # adapter's time zone setting.
+      def reload_type_map
+        @lock.synchronize do
+          @shared_database.rebuild_type_map(@default_timezone) { build_type_map }
+        end
+        nil
+      end
+
+      # The shared type map, or the one being built by this adapter: ActiveRecord's
+      # PostgreSQL adapter reads its type map here, the code that fills a new map included.
+      def type_map
+        @building_type_map || @shared_database&.built_type_map(@default_timezone)
+      end
+
+      # A type map built from the server's catalog, as ActiveRecord builds an adapter's own
+      # (#initialize_type_map adds the types it loads to #type_map: this one, meanwhile).
+      # @return [Type::HashLookupTypeMap]
+      def build_type_map
+        @building_type_map = Type::HashLookupTypeMap.new
+        initialize_type_map(@building_type_map)
+        @building_type_map
+      ensure
+        @building_type_map = nil
       end
 
       # The pool's connections got the session time zone for ActiveRecord.default_timezone as

@@ -6,6 +6,7 @@ require "pg"
 require_relative "errors"
 require_relative "request"
 require_relative "background"
+require_relative "server_time"
 require_relative "../timers"
 require_relative "../deadline"
 
@@ -101,8 +102,11 @@ module Weft
         @flush_timer = nil
         @flush_timers = nil
         @deferred_flush = method(:deferred_flush)
-        @segment_sent_at = nil # when the first statement of the segment being built was sent
+        @segment_sent_at = nil # when the first statement of the segment being built was submitted
+        @unwritten = 0      # statements submitted since the last flush (at the end of @queue)
         @progress_at = nil  # monotonic time the last segment's sync point came back
+        @read_at = Timers.now  # monotonic time of the last read from the server (#wait_and_read)
+        @arrived_after = @read_at # what the last read brought arrived after this (#wait_and_read)
         @slow_in_flight = 0 # statements in flight known to run long
       end
 
@@ -167,8 +171,9 @@ module Weft
       # Hands a statement to libpq and sends it with the others submitted in this turn of the
       # reactor (at once outside Weft). A request marked `alone` gets a segment of its own.
       # Its statements go out in one write, and PostgreSQL answers them at the sync point
-      # after the last, so a segment's statements count as sent when its first was: the clock
-      # is read once per segment.
+      # after the last, so a segment's statements count as sent when its first was submitted
+      # (the clock is read once per segment), and then, once written, as sent when written
+      # (#flush).
       # @raise [PG::Error] when libpq refuses it (nothing is queued then)
       def submit(request)
         sync if request.alone && @unsynced > 0
@@ -179,6 +184,7 @@ module Weft
         @queue << request
         @slow_in_flight += 1 if request.slow
         @unsynced += 1
+        @unwritten += 1
         sync if request.alone
         schedule_flush
       rescue PG::Error, IOError, SystemCallError => e
@@ -224,7 +230,25 @@ module Weft
       # @return [Boolean] whether everything was written
       def flush
         sync if @unsynced.positive?
-        @raw.flush
+        written = @raw.flush
+        mark_written if @unwritten > 0
+        written
+      end
+
+      # The statements just written count as sent from now. The server cannot start on them
+      # before, and under Weft they are written at the end of the reactor's turn (or when the
+      # reader comes round), which on a busy reactor is long after they were submitted: counted
+      # from then, that wait would pass for the server's time (see SlowStatements).
+      def mark_written
+        now = Timers.now
+        queue = @queue
+        index = queue.size - @unwritten
+        index = 0 if index.negative? # some were read already (libpq writes when its buffer fills)
+        while index < queue.size
+          queue[index].sent_at = now
+          index += 1
+        end
+        @unwritten = 0
       end
 
       # Under Weft, statements submitted during one turn of the reactor go out together: the
@@ -302,8 +326,7 @@ module Weft
           settle_ready
           # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
           break if yield || in_flight_none? || deadline&.expired?
-          wait_socket(events, deadline&.remaining)
-          @raw.consume_input
+          wait_and_read(events, deadline&.remaining)
         end
       rescue PG::Error, IOError, SystemCallError => e
         lost(e)
@@ -317,9 +340,19 @@ module Weft
         end
       end
 
-      def wait_socket(events, timeout)
+      # Waits for the socket (with the lock released) and reads what has come. What the read
+      # brings arrived after the read before it (which found it not in), and after the moment
+      # the socket became ready, when the reactor can tell (ServerTime): that is the earliest a
+      # segment whose sync point it brings can have ended on the server (#settle_segment).
+      def wait_and_read(events, timeout)
         io = @raw.socket_io
+        waiting_since = Timers.now
         @owner.unlocked { io.wait(events, timeout) }
+        ready_after = ServerTime.ready_after(waiting_since)
+        read_at = @read_at
+        @raw.consume_input
+        @read_at = Timers.now
+        @arrived_after = ready_after && ready_after > read_at ? ready_after : read_at
       end
 
       # Takes every result libpq has complete without waiting, and settles the statements of
@@ -357,9 +390,14 @@ module Weft
       def settle_segment
         segment = @segment
         @segment = []
-        now = Timers.now
-        took = segment.empty? ? 0.0 : now - segment_start(segment.first)
-        @progress_at = now
+        # The server's time on the segment as far as it can be told, which is what the pool
+        # learns from (SlowStatements): from the latest the server can have started on it to
+        # the earliest its sync point can have arrived (#wait_and_read). Up to when the sync point
+        # is read instead, it would include the time this process took to get round to reading
+        # it (a busy reactor, a core shared with other processes), and short statements would
+        # pass for long ones under load.
+        took = segment.empty? ? 0.0 : @arrived_after - segment_start(segment.first)
+        @progress_at = @read_at
         segment.each { |request| @slow_in_flight -= 1 if request.slow } if @slow_in_flight > 0
         clean = @clean
         @clean = true
@@ -369,7 +407,8 @@ module Weft
       end
 
       # When the server started on a segment whose first statement is `first`: when that was
-      # sent, or when the segment before it ended, whichever is later.
+      # sent, or when the segment before it ended, whichever is later (as this process saw
+      # them: the latest it can have started).
       def segment_start(first)
         @progress_at && @progress_at > first.sent_at ? @progress_at : first.sent_at
       end
@@ -471,6 +510,7 @@ module Weft
         @queue = []
         @segment = []
         @unsynced = 0
+        @unwritten = 0
         @abandoned = 0
         @slow_in_flight = 0
         @clean = true

@@ -9,6 +9,7 @@ require_relative "request"
 require_relative "background"
 require_relative "lease"
 require_relative "slow_statements"
+require_relative "server_time"
 require_relative "../timers"
 require_relative "../promise"
 require_relative "../deadline"
@@ -273,7 +274,9 @@ module Weft
       #   (connections carrying pipelined statements), draining (shared ones emptying for callers
       #   waiting to pin: one at most), busy (pinned + shared), waiting (callers waiting for a
       #   connection or slot), in_flight (pipelined statements now), max_depth
-      #   (most in flight on one connection so far), queries, pipelined, connects, discarded
+      #   (most in flight on one connection so far), queries, pipelined, connects, discarded,
+      #   slow_marked (times a statement was found running long and kept apart from then on;
+      #   see docs/postgres.md, "Routing")
       def statistics
         synchronize do
           pinned = @pinned.size
@@ -293,6 +296,7 @@ module Weft
             pipelined: @pipelined_queries,
             connects: @connects,
             discarded: @discarded,
+            slow_marked: @slow_statements.marked,
           }
         end
       end
@@ -333,8 +337,9 @@ module Weft
 
       # --- Called by Pipeline, under the lock ---------------------------------------------
 
-      # @api private: a segment's statements finished, in `seconds` from its start: the pool
-      # learns which statements run long (SlowStatements), and the first waiter for a slot looks
+      # @api private: a segment's statements finished, in `seconds` of the server's time (as far
+      # as the pipeline can tell it from this process's own delay): the pool learns which
+      # statements run long (SlowStatements), and the first waiter for a slot looks
       # again, as slots are free on this pipeline and it may no longer carry a slow statement.
       def segment_settled(_pipeline, requests, seconds)
         @slow_statements.observe_segment(requests, seconds)
@@ -559,12 +564,16 @@ module Weft
         pipeline.await(request)
       end
 
+      # A statement on a free connection of its own. The pool learns from its time on the
+      # server, up to when its answer can have arrived (ServerTime), not up to when this fiber
+      # got round to reading it.
       def run_alone(connection, sql, params)
         clean = false
         started = Timers.now
         result = interruptible(ANYWHERE) { connection.raw.exec_params(sql, params) }
         clean = true
-        @lock.synchronize { @slow_statements.observe(sql, Timers.now - started) }
+        took = (ServerTime.ready_after(started) || started) - started
+        @lock.synchronize { @slow_statements.observe(sql, took) }
         result
       ensure
         interruptible(NOWHERE) { checkin_pinned(connection, clean) }

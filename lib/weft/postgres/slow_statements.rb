@@ -9,6 +9,12 @@ module Weft
     # statement in it suspect; a suspect that later runs quickly, alone or with others, is
     # cleared. A wrong suspicion only costs that statement one trip without company.
     #
+    # The times it is given are the server's, as far as the pool can tell them from its own
+    # delay in reading the answers (see ServerTime, Pipeline#settle_segment): on a busy process
+    # the time until an answer is read is mostly that delay, and counting it marked `select 1`
+    # as long over and over. Where the two cannot be told apart the time given is the shorter
+    # one, so a statement is marked only when the server is known to have taken long.
+    #
     # Bounded: past MEMORY texts the one seen slow longest ago is forgotten (texts with literal
     # values in them, as ActiveRecord writes without prepared statements, are seldom repeated).
     # Used under the pool's lock.
@@ -21,7 +27,12 @@ module Weft
 
       def initialize
         @texts = {} # SQL => true, the most recently seen slow last
+        @marked = 0
       end
+
+      # @return [Integer] how many times a statement was found running long (each time counts,
+      #   whether or not it was known as slow already)
+      attr_reader :marked
 
       # @param sql [String]
       # @return [Boolean] whether the statement was seen running long (and not quickly since)
@@ -29,8 +40,8 @@ module Weft
         !@texts.empty? && @texts.key?(sql)
       end
 
-      # Records how long a segment of pipelined statements took, from the first one's start to
-      # the sync point after the last.
+      # Records how long a segment of pipelined statements took on the server, from the first
+      # one's start to the sync point after the last.
       # @param requests [Array<Request>] the segment's statements
       # @param seconds [Float]
       # @return [void]
@@ -43,7 +54,7 @@ module Weft
         nil
       end
 
-      # Records how long one statement sent alone took.
+      # Records how long one statement sent alone took on the server.
       # @param sql [String]
       # @param seconds [Float]
       # @return [void]
@@ -59,6 +70,7 @@ module Weft
       private
 
       def remember(sql)
+        @marked += 1
         @texts.delete(sql)
         @texts[sql] = true
         @texts.shift if @texts.size > MEMORY

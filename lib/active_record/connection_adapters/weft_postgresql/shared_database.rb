@@ -11,6 +11,11 @@ module ActiveRecord
       # ActiveRecord's connection pools and roles that name the same server, database, session
       # settings and pool options), with the session setup each of its connections gets.
       #
+      # It also holds the type map (PostgreSQL types by OID to ActiveRecord types), which
+      # ActiveRecord's PostgreSQL adapter would otherwise ask the server for (three catalog
+      # queries) and build for each adapter object; WeftPostgreSQLAdapter makes one per fiber
+      # that queries, not one per PostgreSQL connection. See #type_map.
+      #
       # Process-wide and never closed by ActiveRecord (disconnecting an adapter gives back only
       # what that adapter held); across fork the pool drops its parent's connections on first
       # use and opens its own.
@@ -74,6 +79,40 @@ module ActiveRecord
           @session_setup = session_setup
           @pool = Weft::Postgres::Pool.new(connection_parameters, on_connect: session_setup, **pool_options)
           @server_version = nil
+          @type_maps = {} # the adapters' time zone setting => their ActiveRecord type map
+          @lock = Thread::Mutex.new # one build at a time (fibers and threads alike)
+        end
+
+        # The ActiveRecord type map the adapters with a given time zone setting share (the map
+        # registers time and timestamp types with it, so each setting has its own). Built with
+        # the block the first time, by the first adapter that asks; callers that ask meanwhile
+        # wait for it rather than build their own.
+        #
+        # The map is built once and then only grows: an adapter that meets a type OID the map
+        # lacks (a type created since, by SQL) loads it into the shared map, for every adapter.
+        # It is rebuilt (#rebuild_type_map) where ActiveRecord rebuilds an adapter's own, after a
+        # schema change that adds or alters types through the adapter (extensions, enums).
+        # Readers never see a map half built: a rebuild makes a new map and puts it in place of
+        # the old one when it is complete.
+        # @param key [Symbol, nil] the adapters' default_timezone setting (nil: follow ActiveRecord's)
+        # @yieldreturn [ActiveRecord::Type::HashLookupTypeMap] a map built from the server's catalog
+        # @return [ActiveRecord::Type::HashLookupTypeMap]
+        def type_map(key)
+          @type_maps[key] || @lock.synchronize { @type_maps[key] ||= yield }
+        end
+
+        # Builds the type map for `key` anew with the block and puts it in place: the adapters
+        # with that setting use the new one from their next lookup on.
+        # @yieldreturn [ActiveRecord::Type::HashLookupTypeMap]
+        # @return [ActiveRecord::Type::HashLookupTypeMap]
+        def rebuild_type_map(key)
+          @lock.synchronize { @type_maps[key] = yield }
+        end
+
+        # @param key [Symbol, nil]
+        # @return [ActiveRecord::Type::HashLookupTypeMap, nil] the map for `key`, if built
+        def built_type_map(key)
+          @type_maps[key]
         end
 
         # @return [Integer] the server's version as libpq gives it (e.g. 160002), asked once

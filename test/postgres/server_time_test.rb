@@ -1,0 +1,153 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "weft/postgres"
+
+# The pool marks a statement as slow (and keeps it apart: docs/postgres.md, "Routing") by the
+# server's time, not by how late this process read the answer. A process whose reactor is busy
+# with other fibers reads every answer late; that must not turn `select 1` into a slow
+# statement, while a statement that does run long is still marked.
+class PostgresServerTimeTest < Minitest::Test
+  include Weft::Test::PostgresPools
+
+  LONG = Weft::Postgres::SlowStatements::LONG
+  # How long each spinning fiber keeps the reactor before it lets others run: a few of them make
+  # every turn of the reactor several times LONG.
+  SPIN = 0.008
+
+  # Fibers that keep the reactor busy (CPU work between yields) until `stop` is called.
+  def spinners(count)
+    stop = false
+    tasks = Array.new(count) do
+      Weft.spawn do
+        until stop
+          spin_until = now + SPIN
+          nil while now < spin_until
+          sleep 0
+        end
+      end
+    end
+    -> { stop = true; Weft.gather(tasks) }
+  end
+
+  # `fibers` fibers loop `sql` for `seconds` while `busy` spinners run; returns the callers'
+  # latencies.
+  def loop_statements(db, sql, fibers:, seconds:, busy:)
+    latencies = []
+    stop_spinning = spinners(busy)
+    until_at = now + seconds
+    begin
+      Weft.gather(Array.new(fibers) do
+        Weft.spawn do
+          while now < until_at
+            started = now
+            db.query(sql)
+            latencies << now - started
+          end
+        end
+      end)
+    ensure
+      stop_spinning.call
+    end
+    latencies
+  end
+
+  # Whether the pool knows `sql` as slow now (the pool's own record; not public API).
+  def known_slow?(db, sql)
+    db.instance_variable_get(:@slow_statements).slow?(sql)
+  end
+
+  def median(values)
+    values.sort[values.size / 2]
+  end
+
+  def test_a_busy_reactor_does_not_mark_pipelined_short_statements_slow
+    db = pool(limit: 2)
+    reactor do
+      latencies = loop_statements(db, "select 1", fibers: 40, seconds: 1.5, busy: 2)
+      assert_operator median(latencies), :>=, LONG, "the answers were not read late: nothing was tested"
+    end
+    statistics = db.statistics
+    assert_operator statistics[:pipelined], :>, 100, "the statements were not pipelined"
+    assert_equal 0, statistics[:slow_marked], "select 1 was marked slow"
+  end
+
+  # One caller: it gets a free connection to itself each time (not pipelined).
+  def test_a_busy_reactor_does_not_mark_a_short_statement_run_alone_slow
+    db = pool(limit: 2)
+    reactor do
+      latencies = loop_statements(db, "select 1", fibers: 1, seconds: 1.0, busy: 2)
+      assert_operator median(latencies), :>=, LONG, "the answers were not read late: nothing was tested"
+    end
+    statistics = db.statistics
+    assert_equal 0, statistics[:pipelined]
+    assert_equal 0, statistics[:slow_marked], "select 1 was marked slow"
+  end
+
+  # pg_sleep(0.05) run alone on an idle pool, and pipelined among short statements.
+  def test_a_slow_statement_is_marked_alone_and_pipelined
+    db = pool(limit: 2)
+    alone = "select pg_sleep(0.05), 'server-time-alone'"
+    pipelined = "select pg_sleep(0.05), 'server-time-pipelined'"
+    reactor do
+      db.query(alone)
+      assert known_slow?(db, alone), "pg_sleep(0.05) run alone was not marked"
+      assert_equal 0, db.statistics[:pipelined]
+      with_loopers(db, busy: 0) do
+        db.query(pipelined) # unknown: in a segment with others
+        assert known_slow?(db, pipelined), "pg_sleep(0.05) among short statements was not marked"
+      end
+    end
+  end
+
+  # On a busy reactor a statement that runs long is still marked, from its first run among
+  # short statements, and from then on the short statements do not wait for it: it has its
+  # connection to itself.
+  def test_a_slow_statement_is_marked_and_kept_apart_on_a_busy_reactor
+    db = pool(limit: 2)
+    reactor do
+      with_loopers(db, busy: 2) do |latencies|
+        first = "select pg_sleep(0.05), 'server-time-busy'"
+        db.query(first)
+        assert known_slow?(db, first), "pg_sleep(0.05) was not marked"
+
+        slow = "select pg_sleep(0.3), 'server-time-busy'"
+        db.query(slow) # unknown: it may hold up the short statements this once
+        assert known_slow?(db, slow), "pg_sleep(0.3) was not marked"
+        slow_started = now
+        db.query(slow)
+        slow_took = now - slow_started
+        during = latencies.select { |started, _| started >= slow_started && started < slow_started + slow_took }
+        assert_operator during.size, :>, 10, "too few short statements ran meanwhile"
+        worst = during.map(&:last).max
+        assert_operator worst, :<, 0.2, "a short statement waited #{worst}s behind the known slow one"
+      end
+    end
+  end
+
+  # Runs the block while 20 fibers loop `select 1` on both connections of `db` (and `busy`
+  # spinners keep the reactor busy); yields their [started, latency] pairs as they come.
+  def with_loopers(db, busy:)
+    stop_spinning = spinners(busy)
+    stop = false
+    latencies = []
+    loopers = Array.new(20) do
+      Weft.spawn do
+        until stop
+          started = now
+          db.query("select 1")
+          latencies << [started, now - started]
+        end
+      end
+    end
+    begin
+      sleep 0.01 until db.statistics[:shared] == 2
+      yield latencies
+    ensure
+      stop = true
+      Weft.gather(loopers)
+      stop_spinning.call
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+end
