@@ -2,6 +2,9 @@
 
 require_relative "../test_helper"
 require_relative "support/server_helpers"
+require_relative "../support/certificates"
+require "openssl"
+require "tmpdir"
 require "logger"
 require "stringio"
 
@@ -238,6 +241,31 @@ class ServerRackFeaturesTest < Minitest::Test
       socket.write("hi")
       assert_equal "echo:hi", socket.read
       assert_equal 0, server.open_connections
+    end
+  end
+
+  # Over TLS the app gets the SSLSocket (not an IO: Rack::Lint would refuse it), with the
+  # decrypted bytes sent beyond the request first (the plain case: fast_path_test.rb).
+  def test_full_hijack_over_tls_gets_the_bytes_sent_with_the_request
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n")
+      io.write("echo:#{io.readpartial(100)}")
+      io.close
+      [200, {}, []]
+    end
+    Dir.mktmpdir do |dir|
+      certs = Weft::Test::Certificates.generate(dir)
+      with_server(app, lint: false, binds: ["ssl://127.0.0.1:0?cert=#{certs[:cert_file]}&key=#{certs[:key_file]}"]) do |_, port|
+        context = OpenSSL::SSL::SSLContext.new
+        context.verify_mode = OpenSSL::SSL::VERIFY_NONE
+        socket = OpenSSL::SSL::SSLSocket.new(connect(port), context)
+        socket.sync_close = true
+        socket.connect
+        socket.write("GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nearly")
+        assert_equal 101, read_response(socket, head_request: true).status
+        assert_equal "echo:early", socket.read
+      end
     end
   end
 
