@@ -4,8 +4,8 @@
  *
  *   fast = Weft::HTTP1::FastPath.new(app, statistics, host_cache, internal_paths,
  *                                    empty_input, status_lines, max_requests)
- *   fast.serve(connection, parser, stream, socket, remote_addr, env_template,
- *              requests, hijack)
+ *   fast.serve(connection, parser, stream, buffer, socket, remote_addr,
+ *              env_template, requests, hijack)
  *     -> true / false   answered: whether the connection may carry another request
  *     -> nil            the head is not complete: nothing was consumed
  *     -> Hash           the env of a request the app was not called for (it has a
@@ -32,12 +32,13 @@
  * What it knows of the server is what it is given: the arguments above (the
  * connection's requests answered so far and its rack.hijack callable among them),
  * and the documented interfaces it calls -
- *   stream       Weft::Stream#buffer (parsed in place) and #consume (the head,
- *                once parsed): the buffer is the stream's to slice
+ *   stream       Weft::Stream#consume (the head, once parsed from `buffer`, the
+ *                stream's): the buffer is the stream's to slice
  *   statistics   Server::Statistics#request_started!, #request_finished!
  *                (the one count of requests in flight), #server_error!
- *   connection   Server::Connection#env= (around the app call, for the
- *                StallDetector) and #detached? (after it: hijacked)
+ *   connection   Server::Connection#env= (before the app call, for the
+ *                StallDetector; the connection clears it when the request is
+ *                done) and #detached? (after it: hijacked)
  *   host_cache   RackAdapter's Host header => [SERVER_NAME, SERVER_PORT],
  *                read only (a Host not in it goes to the Ruby path, which adds it)
  */
@@ -67,7 +68,7 @@ typedef struct {
 
 static VALUE cServer; /* Weft::Server, for its date_line */
 static ID id_call, id_request_started_bang, id_request_finished_bang, id_server_error_bang, id_date_line,
-          id_env_set, id_detached_p, id_buffer, id_consume;
+          id_env_set, id_detached_p, id_consume;
 static VALUE k_REMOTE_ADDR, k_REQUEST_METHOD, k_SERVER_PROTOCOL, k_PATH_INFO, k_HTTP_HOST,
              k_SERVER_NAME, k_SERVER_PORT, k_rack_input, k_rack_hijack, k_rack_response_finished,
              v_connection_close, v_connection_keep_alive;
@@ -233,18 +234,17 @@ static VALUE handed_over(VALUE env, int keep_alive, VALUE response, VALUE error,
     return rb_ary_new_from_args(5, env, keep_alive ? Qtrue : Qfalse, response, error, unsent);
 }
 
-/* FastPath#serve(connection, parser, stream, socket, remote_addr, env_template,
- *                requests, hijack): see the top of this file. `stream`: the
- * connection's Weft::Stream; `requests`: those the connection answered before this
- * one; `hijack`: its rack.hijack callable. */
-static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE stream, VALUE socket, VALUE remote_addr,
-                      VALUE env_template, VALUE requests, VALUE hijack)
+/* FastPath#serve(connection, parser, stream, buffer, socket, remote_addr,
+ *                env_template, requests, hijack): see the top of this file.
+ * `stream`: the connection's Weft::Stream, `buffer` its #buffer; `requests`: those
+ * the connection answered before this one; `hijack`: its rack.hijack callable. */
+static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE stream, VALUE buffer, VALUE socket,
+                      VALUE remote_addr, VALUE env_template, VALUE requests, VALUE hijack)
 {
     fast_path *fp = get_fp(self);
     const h1_parser *p;
     struct app_call call;
-    VALUE buffer = rb_funcall(stream, id_buffer, 0), env = Qnil, finished, response, status, headers, body,
-          status_line, connection_line;
+    VALUE env = Qnil, finished, response, status, headers, body, status_line, connection_line;
     long length, status_code, sent;
     int keep_alive, state = 0;
 
@@ -274,7 +274,6 @@ static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE stream, VALUE 
     response = rb_protect(call_app, (VALUE)&call, &state);
     if (state) {
         VALUE error = rb_errinfo();
-        rb_funcall(conn, id_env_set, 1, Qnil);
         /* a throw or break leaves no exception: it goes on up at once */
         if (!RB_TYPE_P(error, T_OBJECT) || !rb_obj_is_kind_of(error, rb_eException)) {
             rb_funcall(fp->statistics, id_request_finished_bang, 0);
@@ -285,7 +284,6 @@ static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE stream, VALUE 
          * (Weft::Cancelled, Interrupt...) after the response_finished callbacks */
         return handed_over(env, keep_alive, Qnil, error, Qnil);
     }
-    rb_funcall(conn, id_env_set, 1, Qnil);
 
     /* ResponseWriter.write's own conditions for the C serializer */
     if (!RB_TYPE_P(response, T_ARRAY) || RARRAY_LEN(response) != 3 || RARRAY_LEN(finished) != 0 ||
@@ -338,7 +336,6 @@ void weft_init_fast_path(VALUE mHTTP1)
     id_date_line = rb_intern("date_line");
     id_env_set = rb_intern("env=");
     id_detached_p = rb_intern("detached?");
-    id_buffer = rb_intern("buffer");
     id_consume = rb_intern("consume");
     k_REMOTE_ADDR = frozen("REMOTE_ADDR");
     k_REQUEST_METHOD = frozen("REQUEST_METHOD");
@@ -355,6 +352,6 @@ void weft_init_fast_path(VALUE mHTTP1)
 
     rb_define_alloc_func(cFast, fp_alloc);
     rb_define_method(cFast, "initialize", fp_initialize, 7);
-    rb_define_method(cFast, "serve", fp_serve, 8);
+    rb_define_method(cFast, "serve", fp_serve, 9);
     rb_define_method(cFast, "server_stopping!", fp_server_stopping, 0);
 }

@@ -43,8 +43,10 @@ static VALUE stream_recv_append(VALUE self, VALUE socket, VALUE buffer, VALUE sc
     StringValue(buffer);
     StringValue(scratch);
     fd = rb_io_descriptor(socket); /* IOError once closed */
+    /* capacity >= size; rb_str_modify_expand reallocates even when it has that already */
     length = RSTRING_LEN(scratch);
-    rb_str_modify_expand(scratch, length < size ? size - length : 0); /* capacity >= size */
+    if ((long)rb_str_capacity(scratch) < size) rb_str_modify_expand(scratch, length < size ? size - length : 0);
+    else rb_str_modify(scratch);
     do {
         n = recv(fd, RSTRING_PTR(scratch), (size_t)size, MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);

@@ -23,7 +23,8 @@ module Weft
     # HTTP1::FastPath#serve (C) runs a plain request for it, with what it needs passed in as
     # arguments (#serve_one). Of the connection itself it uses two methods, both here and public:
     #
-    #   env=        the request whose app is running (nil after), for the StallDetector
+    #   env=        the request whose app is about to run, for the StallDetector (#serve_one
+    #               clears it when the request is done, as for the Ruby path)
     #   detached?   after the app: whether it hijacked the socket (then nothing is written)
     class Connection
       # The client went away or broke the connection (EOF, reset, broken pipe): the stream's
@@ -46,7 +47,7 @@ module Weft
       #   response written
       attr_reader :idle_since
       # @return [Hash, nil] the env of the request being answered, for the StallDetector. Set
-      #   by #run, and by HTTP1::FastPath#serve around the app call.
+      #   by #run, or by HTTP1::FastPath#serve before the app call; cleared by #serve_one.
       attr_accessor :env
 
       # @param host [ConnectionHost] everything of the server this connection uses
@@ -146,10 +147,11 @@ module Weft
         detach.hand_over
       end
 
-      # @return [Boolean] whether the app took the socket (hijack or streaming body)
-      def detached?
-        @detached
-      end
+      # @return [Boolean] whether the app took the socket (hijack or streaming body). An
+      #   attribute reader: HTTP1::FastPath asks it after every app call, and a reader costs C
+      #   no Ruby frame.
+      attr_reader :detached
+      alias detached? detached
 
       # @return [Boolean] whether the server is stopping: a response head written now says
       #   `connection: close` (see ResponseWriter)
@@ -280,8 +282,8 @@ module Weft
       def serve_one
         if @fast_path && !@head_deadline # (a head begun earlier is finished by #read_head)
           begin
-            answer = @fast_path.serve(self, @parser, @stream, @socket, @remote_addr, @env_template, @requests,
-                                      hijack_proc)
+            answer = @fast_path.serve(self, @parser, @stream, @stream.buffer, @socket, @remote_addr, @env_template,
+                                      @requests, @hijack_proc || hijack_proc) # no call once it is made
           rescue HTTP1::ParseError => e
             return parse_failed(e)
           end
@@ -297,6 +299,8 @@ module Weft
         return env unless env.is_a?(Hash)
         @requests += 1
         run(env)
+      ensure
+        @env = nil # the request is done, whichever path ran it
       end
 
       # Reads the body of a request whose head is parsed (and counted), then runs and answers it.
@@ -309,8 +313,6 @@ module Weft
         env[RACK_INPUT] = input
         @env = env
         @host.rack.call(self, env, keep_alive)
-      ensure
-        @env = nil
       end
 
       # A head that is not complete and has no more bytes waiting does not keep a fiber: the
