@@ -2,12 +2,12 @@
  * stream_recv.c - the socket read under Weft::Stream#fill_now and #fill (lib/weft/stream.rb)
  * for a plain socket: one recv(2), without Ruby's IO layer.
  *
- * IO#read_nonblock does more than the read: it checks the IO's state and its own buffer, and
- * makes sure of O_NONBLOCK with an fcntl(F_GETFL) syscall on every call (io.c,
- * rb_fd_set_nonblock). On a keep-alive request that is one small read, that is a syscall and
- * Ruby calls per request, for the server and the HTTP client alike. This is the read alone, for
- * every stream over a plain (not TLS) socket; TLS reads stay with OpenSSL (the bytes on the
- * socket are records, not data).
+ * The same system call as BasicSocket#read_nonblock (a recvfrom), without the Ruby around it:
+ * the keyword argument, the IO's checks, the result's type test and appending the scratch to
+ * the buffer (String#<<) are one C call here. On a keep-alive request that is one small read,
+ * for the server and the HTTP client alike. This is the read for every stream over a plain
+ * (not TLS) socket; TLS reads stay with OpenSSL (the bytes on the socket are records, not
+ * data).
  *
  * It is core's (this extension is core's C extension, Weft::Readiness is the other part): the
  * stream is core's, and the HTTP/1 extension builds on core, not the other way round.

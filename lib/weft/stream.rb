@@ -43,8 +43,8 @@ module Weft
   # rest as a shared substring, so the bytes are not copied then (only if more are appended).
   #
   # On a plain socket #fill and #fill_now read with one recv(2) from C (#recv_append, in core's
-  # extension) instead of IO#read_nonblock, which also makes an fcntl syscall and several Ruby
-  # calls per read; under TLS they read through OpenSSL.
+  # extension): the system call of IO#read_nonblock, without its Ruby calls around it (the
+  # keyword argument, the result's test, the append). Under TLS they read through OpenSSL.
   class Stream
     # The errors that mean the connection is gone. ENOTCONN: the peer's reset raced our read on
     # some kernels; ECONNABORTED/ETIMEDOUT: the kernel gave up on it; IOError: closed under us
