@@ -246,8 +246,9 @@ class StreamTest < Minitest::Test
     assert_equal "abcd", stream.buffer, "at most read_size"
     assert_equal 2, stream.fill(1)
     assert_equal "abcdef", stream.buffer
-    Thread.new { sleep 0.05; peer.write("g") } # rubocop:disable Style/Semicolon
-    assert_equal 1, stream.fill(1), "waits for the socket"
+    writer = Thread.new { sleep 0.05; peer.write("g") } # rubocop:disable Style/Semicolon
+    assert_equal 1, stream.fill(5), "waits for the socket"
+    writer.join # before closing: a close while the writer is still in IO#write raises there
     peer.close
     assert_nil stream.fill_now
     assert_nil stream.fill(1)
