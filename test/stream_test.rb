@@ -129,14 +129,15 @@ class StreamTest < Minitest::Test
     assert_equal data, received
   end
 
+  # Each read that meets the reset (#fill, #fill_now: the C read on a plain socket) says so
   def test_a_peer_that_resets_the_connection_is_one_error_with_the_errno_as_cause
-    socket, peer = tcp_pair
-    stream = Weft::Stream.new(socket)
-    peer.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii")) # close sends RST
-    peer.close
-    error = assert_raises(Weft::ConnectionLost) { stream.fill(1) }
-    assert_kind_of Errno::ECONNRESET, error.cause
-    assert_kind_of Weft::Error, error
+    %i[fill fill_now].each do |read|
+      stream = reset_stream
+      error = assert_raises(Weft::ConnectionLost) { read == :fill ? stream.fill(1) : stream.fill_now }
+      assert_kind_of Errno::ECONNRESET, error.cause
+      assert_match(/ECONNRESET/, error.message)
+      assert_kind_of Weft::Error, error
+    end
     assert_same Weft::ConnectionLost, Weft::Server::Connection::ClientGone if defined?(Weft::Server::Connection)
   end
 
@@ -255,14 +256,8 @@ class StreamTest < Minitest::Test
     assert_equal "abcdefg", stream.buffer
   end
 
-  def test_a_reset_seen_by_fill_now_is_connection_lost_with_the_errno_as_cause
-    socket, peer = tcp_pair
-    stream = Weft::Stream.new(socket)
-    peer.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii")) # close sends RST
-    peer.close
-    error = assert_raises(Weft::ConnectionLost) { stream.fill_now }
-    assert_kind_of Errno::ECONNRESET, error.cause
-    assert_match(/ECONNRESET/, error.message)
+  def test_fill_now_on_a_closed_socket_is_connection_lost_with_the_ioerror_as_cause
+    stream, = pair
     stream.close
     error = assert_raises(Weft::ConnectionLost) { stream.fill_now }
     assert_kind_of IOError, error.cause
@@ -386,6 +381,14 @@ class StreamTest < Minitest::Test
     ssl.hostname = "localhost"
     client_side.connect_tls(ssl, Weft::Deadline.after(5))
     [server_side, client_side, ssl]
+  end
+
+  # @return [Weft::Stream] over a TCP socket whose peer closed it with a reset
+  def reset_stream
+    socket, peer = tcp_pair
+    peer.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii")) # close sends RST
+    peer.close
+    Weft::Stream.new(socket)
   end
 
   # @return [Array(Socket, Socket)] two connected TCP sockets

@@ -26,16 +26,6 @@ class ServerFastPathTest < Minitest::Test
     end
   end
 
-  # The server's in_flight once the request it is finishing is done (the client can see the
-  # end of a response a moment before the server counts the request finished).
-  def in_flight_after_settling(server)
-    50.times do
-      break if server.in_flight.zero?
-      sleep 0.01
-    end
-    server.in_flight
-  end
-
   # Both paths' answers; asserts they are the same and returns the fast path's.
   def same_answers(app, requests, count: 1, **options)
     fast = answers(app, requests, count: count, **options)
@@ -318,28 +308,6 @@ class ServerFastPathTest < Minitest::Test
       assert_equal 1, ruby_calls
       assert_equal 2, server.statistics.requests
       assert_equal 0, server.in_flight
-    end
-  end
-
-  # Array: a full hijack gets the bytes the client sent beyond the request first (the first
-  # frames of a WebSocket, say), on the fast path and the Ruby path alike; Rack::Lint checks
-  # that rack.hijack returns an IO
-  def test_full_hijack_gets_the_bytes_sent_with_the_request
-    app = lambda do |env|
-      io = env["rack.hijack"].call
-      io.write("HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n")
-      io.write("echo:#{io.readpartial(100)}")
-      io.close
-      [200, {}, []]
-    end
-    [{}, { access_log: StringIO.new }].each do |options|
-      with_server(app, **options) do |server, port|
-        socket = connect(port)
-        socket.write("GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nearly")
-        assert_equal 101, read_response(socket, head_request: true).status
-        assert_equal "echo:early", socket.read
-        assert_equal 0, in_flight_after_settling(server)
-      end
     end
   end
 end
