@@ -129,14 +129,15 @@ class StreamTest < Minitest::Test
     assert_equal data, received
   end
 
+  # Each read that meets the reset (#fill, #fill_now: the C read on a plain socket) says so
   def test_a_peer_that_resets_the_connection_is_one_error_with_the_errno_as_cause
-    socket, peer = tcp_pair
-    stream = Weft::Stream.new(socket)
-    peer.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii")) # close sends RST
-    peer.close
-    error = assert_raises(Weft::ConnectionLost) { stream.fill(1) }
-    assert_kind_of Errno::ECONNRESET, error.cause
-    assert_kind_of Weft::Error, error
+    %i[fill fill_now].each do |read|
+      stream = reset_stream
+      error = assert_raises(Weft::ConnectionLost) { read == :fill ? stream.fill(1) : stream.fill_now }
+      assert_kind_of Errno::ECONNRESET, error.cause
+      assert_match(/ECONNRESET/, error.message)
+      assert_kind_of Weft::Error, error
+    end
     assert_same Weft::ConnectionLost, Weft::Server::Connection::ClientGone if defined?(Weft::Server::Connection)
   end
 
@@ -223,29 +224,97 @@ class StreamTest < Minitest::Test
   end
 
   def test_tls_accept_and_connect_then_the_stream_speaks_tls
-    certs = Weft::Test::Certificates.generate
-    server_side, client_side = tcp_pair.map { |socket| Weft::Stream.new(socket) }
-    server_context = OpenSSL::SSL::SSLContext.new
-    server_context.cert = certs[:cert]
-    server_context.key = certs[:key]
-    client_context = OpenSSL::SSL::SSLContext.new
-    client_context.set_params(verify_mode: OpenSSL::SSL::VERIFY_PEER, ca_file: certs[:ca_file])
-    accepting = Thread.new do
-      server_side.accept_tls(server_context, 5)
-      server_side.fill(5)
-      server_side.write("pong:#{server_side.take_buffered}", 5)
+    server_side, client_side, ssl = tls_streams do |server|
+      server.fill(5)
+      server.write("pong:#{server.take_buffered}", 5)
     end
-    ssl = OpenSSL::SSL::SSLSocket.new(client_side.to_io, client_context)
-    ssl.hostname = "localhost"
-    client_side.connect_tls(ssl, Weft::Deadline.after(5))
     client_side.write("ping", 5)
-    accepting.join(5)
+    @tls_server.join(5)
     assert client_side.tls? && server_side.tls?
     assert_same ssl, client_side.io
     client_side.fill(5)
     assert_equal "pong:ping", client_side.buffer
-  ensure
-    [server_side, client_side].compact.each(&:close)
+  end
+
+  # On a plain socket #fill and #fill_now read with recv(2) from C (#recv_append): the socket's
+  # read_nonblock is never called. Each answer: bytes, nothing yet, end of stream.
+  def test_plain_sockets_are_read_with_one_recv
+    stream, peer = pair(read_size: 4)
+    def (stream.to_io).read_nonblock(*) = raise("read through Ruby's IO layer")
+    assert_equal false, stream.fill_now, "nothing yet (EAGAIN)"
+    peer.write("abcdef")
+    assert_equal true, stream.fill_now
+    assert_equal "abcd", stream.buffer, "at most read_size"
+    assert_equal 2, stream.fill(1)
+    assert_equal "abcdef", stream.buffer
+    writer = Thread.new { sleep 0.05; peer.write("g") } # rubocop:disable Style/Semicolon
+    assert_equal 1, stream.fill(5), "waits for the socket"
+    writer.join # before closing: a close while the writer is still in IO#write raises there
+    peer.close
+    assert_nil stream.fill_now
+    assert_nil stream.fill(1)
+    assert_equal "abcdefg", stream.buffer
+  end
+
+  def test_fill_now_on_a_closed_socket_is_connection_lost_with_the_ioerror_as_cause
+    stream, = pair
+    stream.close
+    error = assert_raises(Weft::ConnectionLost) { stream.fill_now }
+    assert_kind_of IOError, error.cause
+  end
+
+  # What is not a socket (a pipe) goes through IO#read_nonblock, as TLS does.
+  def test_an_io_that_is_not_a_socket_is_read_through_ruby
+    reader, writer = IO.pipe
+    @sockets << reader << writer
+    stream = Weft::Stream.new(reader)
+    assert_equal false, stream.fill_now
+    writer.write("piped")
+    assert_equal true, stream.fill_now
+    assert_equal "piped", stream.buffer
+  end
+
+  # After the handshake the bytes on the socket are TLS records: reads go through OpenSSL.
+  def test_tls_reads_stay_with_openssl
+    server_side, client_side = tls_streams { |server| server.write("decrypted", 5) }
+    @tls_server.join(5)
+    client_side.fill(5) until client_side.buffer.bytesize >= 9
+    assert_equal "decrypted", client_side.buffer
+    assert_equal false, client_side.fill_now
+    server_side.write("more", 5)
+    sleep 0.05
+    assert_equal true, client_side.fill_now
+    assert_equal "decryptedmore", client_side.buffer
+  end
+
+  # A full hijack: bytes the peer sent beyond what was parsed come first from the IO's own
+  # buffered reads; reads that would pass over them refuse.
+  def test_hand_over_gives_the_io_with_the_buffered_bytes_first
+    stream, peer = pair
+    peer.write("HEAD\r\n\r\nframe-1")
+    stream.fill(1)
+    stream.consume(8)
+    io = stream.hand_over
+    assert_same stream.to_io, io
+    assert_empty stream.buffer
+    assert_raises(IOError) { io.sysread(1) }
+    assert_raises(IOError) { io.recv(1) }
+    assert io.wait_readable(0), "readable while bytes are buffered"
+    assert_equal "frame", io.read_nonblock(5)
+    io.write("answer") # a write leaves what is buffered
+    assert_equal "answer", peer.readpartial(10)
+    peer.write("+frame-2")
+    assert_equal "-1", io.readpartial(2)
+    assert_equal "+frame-2", io.readpartial(100)
+  end
+
+  def test_hand_over_under_tls
+    _, client_side, ssl = tls_streams { |server| server.write("HEAD\r\n\r\nframe-1", 5) }
+    @tls_server.join(5)
+    client_side.fill(5) until client_side.buffer.bytesize >= 15
+    client_side.consume(8)
+    assert_same ssl, client_side.hand_over
+    assert_equal "frame-1", ssl.readpartial(100)
   end
 
   def test_a_tls_handshake_that_never_comes_stalls_and_one_with_garbage_is_connection_lost
@@ -290,6 +359,36 @@ class StreamTest < Minitest::Test
     ours, theirs = UNIXSocket.pair
     @sockets << ours << theirs
     [Weft::Stream.new(ours, **options), theirs]
+  end
+
+  # A TLS connection between two streams over TCP, the server side's handshake (then `server`'s
+  # block) in @tls_server, a thread.
+  # @return [Array(Weft::Stream, Weft::Stream, OpenSSL::SSL::SSLSocket)] the server's stream,
+  #   the client's, and the client's SSLSocket
+  def tls_streams(&server)
+    certs = Weft::Test::Certificates.generate
+    server_side, client_side = tcp_pair.map { |socket| Weft::Stream.new(socket) }
+    server_context = OpenSSL::SSL::SSLContext.new
+    server_context.cert = certs[:cert]
+    server_context.key = certs[:key]
+    client_context = OpenSSL::SSL::SSLContext.new
+    client_context.set_params(verify_mode: OpenSSL::SSL::VERIFY_PEER, ca_file: certs[:ca_file])
+    @tls_server = Thread.new do
+      server_side.accept_tls(server_context, 5)
+      server.call(server_side)
+    end
+    ssl = OpenSSL::SSL::SSLSocket.new(client_side.to_io, client_context)
+    ssl.hostname = "localhost"
+    client_side.connect_tls(ssl, Weft::Deadline.after(5))
+    [server_side, client_side, ssl]
+  end
+
+  # @return [Weft::Stream] over a TCP socket whose peer closed it with a reset
+  def reset_stream
+    socket, peer = tcp_pair
+    peer.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii")) # close sends RST
+    peer.close
+    Weft::Stream.new(socket)
   end
 
   # @return [Array(Socket, Socket)] two connected TCP sockets

@@ -7,6 +7,7 @@ require "openssl"
 require "socket"
 require "tmpdir"
 require "fileutils"
+require "timeout"
 require_relative "../support/ports"
 require_relative "../../test/support/certificates"
 

@@ -2,24 +2,21 @@
  * fast_path.c - Weft::HTTP1::FastPath: a keep-alive request from the bytes
  * already read to the response on the wire, in one call.
  *
- *   fast = Weft::HTTP1::FastPath.new(app, adapter, statistics, host_cache, internal_paths,
+ *   fast = Weft::HTTP1::FastPath.new(app, statistics, host_cache, internal_paths,
  *                                    empty_input, status_lines, max_requests)
- *   fast.serve(connection, parser, buffer, socket, remote_addr, env_template)
+ *   fast.serve(connection, parser, stream, buffer, socket, remote_addr,
+ *              env_template, requests, hijack)
  *     -> true / false   answered: whether the connection may carry another request
  *     -> nil            the head is not complete: nothing was consumed
  *     -> Hash           the env of a request the app was not called for (it has a
- *                       body, or is for the statistics endpoints): the Ruby path
- *                       reads the body and calls the app
+ *                       body, is for the statistics endpoints, or names a Host not
+ *                       in host_cache yet): the Ruby path reads the body and calls
+ *                       the app
  *     -> Array          [env, keep_alive, response, error, unsent]: the app was
- *                       called (or raised `error`); the Ruby path
+ *                       called (or raised `error`, any Exception); the Ruby path
  *                       (RackAdapter#finish) writes the response, or the `unsent`
  *                       rest of one that the socket did not take at once
- *
- *   fast.fill(socket, buffer) -> true / false / nil
- *                     Weft::Stream#fill_now for a plain socket: appends what the
- *                     socket holds (true), or finds nothing yet (false) or the end
- *                     of the stream (nil); raises Weft::ConnectionLost when the
- *                     peer broke the connection
+ *   Every answer but nil means a head was parsed: the connection counts the request.
  *
  * It does what Server::Connection#serve_one, Server::RackAdapter#call and
  * ResponseWriter.write do for the common request, with none of their Ruby
@@ -32,11 +29,18 @@
  * bodies, rack.response_finished callbacks, errors, partial writes) in one
  * place. Measured on a hello-world app: bench/results/server-profile.md.
  *
- * The connection's state it reads and writes (instance variables of
- * Weft::Server::Connection): @requests (counted here), @hijack_proc (the
- * rack.hijack callable, made by Connection#hijack_proc when missing),
- * @detached (set by a hijack) and @env (the request being run, for the
- * StallDetector).
+ * What it knows of the server is what it is given: the arguments above (the
+ * connection's requests answered so far and its rack.hijack callable among them),
+ * and the documented interfaces it calls -
+ *   stream       Weft::Stream#consume (the head, once parsed from `buffer`, the
+ *                stream's): the buffer is the stream's to slice
+ *   statistics   Server::Statistics#request_started!, #request_finished!
+ *                (the one count of requests in flight), #server_error!
+ *   connection   Server::Connection#env= (before the app call, for the
+ *                StallDetector; the connection clears it when the request is
+ *                done) and #detached? (after it: hijacked)
+ *   host_cache   RackAdapter's Host header => [SERVER_NAME, SERVER_PORT],
+ *                read only (a Host not in it goes to the Ruby path, which adds it)
  */
 #include <ruby.h>
 #include <ruby/io.h>
@@ -50,8 +54,7 @@
 
 typedef struct {
     VALUE app;
-    VALUE adapter;        /* RackAdapter: #fill_server_name for a Host not cached yet */
-    VALUE statistics;     /* #request!, #server_error! */
+    VALUE statistics;     /* #request_started!, #request_finished!, #server_error! */
     VALUE host_cache;     /* RackAdapter's Host header => [SERVER_NAME, SERVER_PORT] */
     VALUE internal_paths; /* Array of the statistics endpoints' paths */
     VALUE empty_input;    /* Server::EmptyInput::INSTANCE */
@@ -60,14 +63,12 @@ typedef struct {
     VALUE date_line;      /* Server.date_line of date_second */
     time_t date_second;
     long max_requests;
-    long in_flight;
     int stopping;
 } fast_path;
 
 static VALUE cServer; /* Weft::Server, for its date_line */
-static VALUE eConnectionLost;
-static ID id_call, id_request_bang, id_server_error_bang, id_fill_server_name, id_completed, id_date_line,
-          id_hijack_proc, id_message, id_iv_requests, id_iv_hijack_proc, id_iv_detached, id_iv_env;
+static ID id_call, id_request_started_bang, id_request_finished_bang, id_server_error_bang, id_date_line,
+          id_env_set, id_detached_p, id_consume;
 static VALUE k_REMOTE_ADDR, k_REQUEST_METHOD, k_SERVER_PROTOCOL, k_PATH_INFO, k_HTTP_HOST,
              k_SERVER_NAME, k_SERVER_PORT, k_rack_input, k_rack_hijack, k_rack_response_finished,
              v_connection_close, v_connection_keep_alive;
@@ -76,7 +77,6 @@ static void fp_mark(void *ptr)
 {
     fast_path *fp = ptr;
     rb_gc_mark(fp->app);
-    rb_gc_mark(fp->adapter);
     rb_gc_mark(fp->statistics);
     rb_gc_mark(fp->host_cache);
     rb_gc_mark(fp->internal_paths);
@@ -96,7 +96,7 @@ static VALUE fp_alloc(VALUE klass)
 {
     fast_path *fp;
     VALUE obj = TypedData_Make_Struct(klass, fast_path, &fast_path_type, fp);
-    fp->app = fp->adapter = fp->statistics = fp->host_cache = fp->internal_paths = Qnil;
+    fp->app = fp->statistics = fp->host_cache = fp->internal_paths = Qnil;
     fp->empty_input = fp->status_lines = fp->out = fp->date_line = Qnil;
     return obj;
 }
@@ -109,10 +109,10 @@ static fast_path *get_fp(VALUE self)
     return fp;
 }
 
-/* FastPath.new(app, adapter, statistics, host_cache, internal_paths, empty_input,
+/* FastPath.new(app, statistics, host_cache, internal_paths, empty_input,
  *              status_lines, max_requests) */
-static VALUE fp_initialize(VALUE self, VALUE app, VALUE adapter, VALUE statistics, VALUE host_cache,
-                           VALUE internal_paths, VALUE empty_input, VALUE status_lines, VALUE max_requests)
+static VALUE fp_initialize(VALUE self, VALUE app, VALUE statistics, VALUE host_cache, VALUE internal_paths,
+                           VALUE empty_input, VALUE status_lines, VALUE max_requests)
 {
     fast_path *fp;
     TypedData_Get_Struct(self, fast_path, &fast_path_type, fp);
@@ -120,24 +120,16 @@ static VALUE fp_initialize(VALUE self, VALUE app, VALUE adapter, VALUE statistic
     Check_Type(internal_paths, T_ARRAY);
     Check_Type(status_lines, T_HASH);
     fp->app = app;
-    fp->adapter = adapter;
     fp->statistics = statistics;
     fp->host_cache = host_cache;
     fp->internal_paths = rb_ary_dup(internal_paths);
     fp->empty_input = empty_input;
     fp->status_lines = status_lines;
     fp->max_requests = NUM2LONG(max_requests);
-    fp->in_flight = 0;
     fp->stopping = 0;
     fp->date_second = 0;
     fp->out = rb_str_buf_new(1024);
     return self;
-}
-
-/* FastPath#in_flight -> Integer: requests it is running now */
-static VALUE fp_in_flight(VALUE self)
-{
-    return LONG2NUM(get_fp(self)->in_flight);
 }
 
 /* FastPath#server_stopping! - responses say `connection: close` from now on
@@ -161,18 +153,18 @@ static int internal_path(fast_path *fp, VALUE path)
     return 0;
 }
 
-/* RackAdapter#fill_server_name, with the common case (a Host seen before) here */
-static void fill_server_name(fast_path *fp, VALUE env)
+/* RackAdapter#fill_server_name for a Host it has cached, or none (the template's
+ * listener address stays). Returns 0 for a Host not cached yet: the Ruby path
+ * splits and caches it, once per distinct value. */
+static int fill_server_name(fast_path *fp, VALUE env)
 {
     VALUE host = rb_hash_lookup(env, k_HTTP_HOST), pair;
-    if (!RB_TYPE_P(host, T_STRING) || RSTRING_LEN(host) == 0) return; /* the template's listener address */
+    if (!RB_TYPE_P(host, T_STRING) || RSTRING_LEN(host) == 0) return 1;
     pair = rb_hash_lookup(fp->host_cache, host);
-    if (RB_TYPE_P(pair, T_ARRAY) && RARRAY_LEN(pair) == 2) {
-        rb_hash_aset(env, k_SERVER_NAME, RARRAY_AREF(pair, 0));
-        rb_hash_aset(env, k_SERVER_PORT, RARRAY_AREF(pair, 1));
-    } else {
-        rb_funcall(fp->adapter, id_fill_server_name, 1, env);
-    }
+    if (!RB_TYPE_P(pair, T_ARRAY) || RARRAY_LEN(pair) != 2) return 0;
+    rb_hash_aset(env, k_SERVER_NAME, RARRAY_AREF(pair, 0));
+    rb_hash_aset(env, k_SERVER_PORT, RARRAY_AREF(pair, 1));
+    return 1;
 }
 
 /* Server.date_line, asked once a second */
@@ -227,41 +219,6 @@ static long send_now(VALUE socket, const char *ptr, long len)
     return n < 0 ? 0 : (long)n;
 }
 
-/* Connection::READ_SIZE: most bytes one read takes */
-#define READ_SIZE 16384
-
-/* FastPath#fill(socket, buffer): see the top of this file. One recv(2) onto the
- * C stack, then appended: the buffer of an idle connection keeps no spare
- * capacity (Weft::Stream reads through a shared scratch String for the same
- * reason). */
-static VALUE fp_fill(VALUE self, VALUE socket, VALUE buffer)
-{
-    char chunk[READ_SIZE];
-    ssize_t n;
-    int fd, e;
-
-    (void)get_fp(self);
-    StringValue(buffer);
-    if ((fd = socket_fd(socket)) < 0) rb_raise(eConnectionLost, "IOError: closed stream");
-    do {
-        n = recv(fd, chunk, sizeof(chunk), MSG_DONTWAIT);
-    } while (n < 0 && errno == EINTR);
-    if (n > 0) {
-        rb_str_cat(buffer, chunk, (long)n);
-        return Qtrue;
-    }
-    if (n == 0) return Qnil;
-    e = errno;
-    if (e == EAGAIN || e == EWOULDBLOCK) return Qfalse;
-    /* Weft::Stream::PEER_GONE: the errors that mean the connection is gone */
-    if (e == ECONNRESET || e == ECONNABORTED || e == EPIPE || e == ENOTCONN || e == ETIMEDOUT || e == ESHUTDOWN) {
-        VALUE error = rb_syserr_new(e, NULL);
-        rb_raise(eConnectionLost, "%"PRIsVALUE": %"PRIsVALUE, rb_obj_class(error), rb_funcall(error, id_message, 0));
-    }
-    rb_syserr_fail(e, "recv");
-    return Qnil; /* not reached */
-}
-
 struct app_call {
     VALUE app, env;
 };
@@ -272,31 +229,23 @@ static VALUE call_app(VALUE arg)
     return rb_funcall(c->app, id_call, 1, c->env);
 }
 
-struct completed_call {
-    VALUE adapter, conn, env;
-};
-
-static VALUE call_completed(VALUE arg)
-{
-    struct completed_call *c = (struct completed_call *)arg;
-    return rb_funcall(c->adapter, id_completed, 6, c->conn, c->env, Qnil, Qnil, Qnil, Qnil);
-}
-
 static VALUE handed_over(VALUE env, int keep_alive, VALUE response, VALUE error, VALUE unsent)
 {
     return rb_ary_new_from_args(5, env, keep_alive ? Qtrue : Qfalse, response, error, unsent);
 }
 
-/* FastPath#serve(connection, parser, buffer, socket, remote_addr, env_template):
- * see the top of this file */
-static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE buffer, VALUE socket, VALUE remote_addr,
-                      VALUE env_template)
+/* FastPath#serve(connection, parser, stream, buffer, socket, remote_addr,
+ *                env_template, requests, hijack): see the top of this file.
+ * `stream`: the connection's Weft::Stream, `buffer` its #buffer; `requests`: those
+ * the connection answered before this one; `hijack`: its rack.hijack callable. */
+static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE stream, VALUE buffer, VALUE socket,
+                      VALUE remote_addr, VALUE env_template, VALUE requests, VALUE hijack)
 {
     fast_path *fp = get_fp(self);
     const h1_parser *p;
     struct app_call call;
-    VALUE env = Qnil, hijack, finished, response, status, headers, body, status_line, connection_line;
-    long length, requests, status_code, sent;
+    VALUE env = Qnil, finished, response, status, headers, body, status_line, connection_line;
+    long length, status_code, sent;
     int keep_alive, state = 0;
 
     StringValue(buffer);
@@ -304,54 +253,41 @@ static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE buffer, VALUE 
     length = weft_request_parse(parser, buffer, env_template, &env);
     if (length == 0) return Qnil;
     p = weft_request_core(parser);
-    /* the env holds copies: drop the head as Weft::Stream#consume does */
-    if (length >= RSTRING_LEN(buffer)) rb_str_resize(buffer, 0);
-    else rb_str_drop_bytes(buffer, length); /* pipelined: the next request stays */
+    rb_funcall(stream, id_consume, 1, LONG2NUM(length)); /* the env holds copies */
     rb_hash_aset(env, k_REMOTE_ADDR, remote_addr);
-    requests = NUM2LONG(rb_ivar_get(conn, id_iv_requests)) + 1;
-    rb_ivar_set(conn, id_iv_requests, LONG2NUM(requests));
     if (p->chunked || p->content_length > 0) return env;
     if (RARRAY_LEN(fp->internal_paths) && internal_path(fp, rb_hash_lookup(env, k_PATH_INFO))) return env;
-    keep_alive = p->keep_alive && requests < fp->max_requests;
+    if (!fill_server_name(fp, env)) return env;
+    keep_alive = p->keep_alive && NUM2LONG(requests) + 1 < fp->max_requests;
 
-    fill_server_name(fp, env);
     rb_hash_aset(env, k_rack_input, fp->empty_input);
-    hijack = rb_ivar_get(conn, id_iv_hijack_proc);
-    if (NIL_P(hijack)) hijack = rb_funcall(conn, id_hijack_proc, 0);
     rb_hash_aset(env, k_rack_hijack, hijack);
     finished = rb_ary_new();
     rb_hash_aset(env, k_rack_response_finished, finished);
 
-    rb_funcall(fp->statistics, id_request_bang, 0);
-    fp->in_flight++;
-    rb_ivar_set(conn, id_iv_env, env);
+    /* From here on every way out ends the request in statistics: here when answered, in
+     * RackAdapter#finish when handed over. */
+    rb_funcall(fp->statistics, id_request_started_bang, 0);
+    rb_funcall(conn, id_env_set, 1, env);
     call.app = fp->app;
     call.env = env;
     response = rb_protect(call_app, (VALUE)&call, &state);
-    rb_ivar_set(conn, id_iv_env, Qnil);
-    fp->in_flight--;
     if (state) {
         VALUE error = rb_errinfo();
-        /* a throw or break leaves no exception here: it goes on up at once */
-        if (!RB_TYPE_P(error, T_OBJECT) || !rb_obj_is_kind_of(error, rb_eException)) rb_jump_tag(state);
-        rb_set_errinfo(Qnil);
-        /* what RackAdapter#call rescues is answered there */
-        if (rb_obj_is_kind_of(error, rb_eStandardError) || rb_obj_is_kind_of(error, rb_eScriptError))
-            return handed_over(env, keep_alive, Qnil, error, Qnil);
-        /* Weft::Cancelled, Interrupt...: goes on up, after the callbacks the app
-         * registered (as RackAdapter#call does) */
-        if (RARRAY_LEN(finished)) {
-            int ignored;
-            struct completed_call c = { fp->adapter, conn, env };
-            rb_protect(call_completed, (VALUE)&c, &ignored);
-            rb_set_errinfo(Qnil);
+        /* a throw or break leaves no exception: it goes on up at once */
+        if (!RB_TYPE_P(error, T_OBJECT) || !rb_obj_is_kind_of(error, rb_eException)) {
+            rb_funcall(fp->statistics, id_request_finished_bang, 0);
+            rb_jump_tag(state);
         }
-        rb_exc_raise(error);
+        rb_set_errinfo(Qnil);
+        /* RackAdapter#finish answers an error with a 500, and raises what is not one
+         * (Weft::Cancelled, Interrupt...) after the response_finished callbacks */
+        return handed_over(env, keep_alive, Qnil, error, Qnil);
     }
 
     /* ResponseWriter.write's own conditions for the C serializer */
-    if (!RB_TYPE_P(response, T_ARRAY) || RARRAY_LEN(response) != 3 || RTEST(rb_ivar_get(conn, id_iv_detached)) ||
-        RARRAY_LEN(finished) != 0)
+    if (!RB_TYPE_P(response, T_ARRAY) || RARRAY_LEN(response) != 3 || RARRAY_LEN(finished) != 0 ||
+        RTEST(rb_funcall(conn, id_detached_p, 0)))
         return handed_over(env, keep_alive, response, Qnil, Qnil);
     status = RARRAY_AREF(response, 0);
     headers = RARRAY_AREF(response, 1);
@@ -376,6 +312,7 @@ static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE buffer, VALUE 
         return handed_over(env, keep_alive, response, Qnil,
                            rb_str_new(RSTRING_PTR(fp->out) + sent, RSTRING_LEN(fp->out) - sent));
     if (status_code >= 500) rb_funcall(fp->statistics, id_server_error_bang, 0);
+    rb_funcall(fp->statistics, id_request_finished_bang, 0);
     RB_GC_GUARD(env);
     RB_GC_GUARD(response);
     return keep_alive ? Qtrue : Qfalse;
@@ -392,22 +329,14 @@ void weft_init_fast_path(VALUE mHTTP1)
 {
     VALUE cFast = rb_define_class_under(mHTTP1, "FastPath", rb_cObject);
 
-    /* lib/weft/errors.rb, loaded by the parser's loader first */
-    eConnectionLost = rb_path2class("Weft::ConnectionLost");
-    rb_gc_register_mark_object(eConnectionLost);
-
     id_call = rb_intern("call");
-    id_request_bang = rb_intern("request!");
+    id_request_started_bang = rb_intern("request_started!");
+    id_request_finished_bang = rb_intern("request_finished!");
     id_server_error_bang = rb_intern("server_error!");
-    id_fill_server_name = rb_intern("fill_server_name");
-    id_completed = rb_intern("completed");
     id_date_line = rb_intern("date_line");
-    id_hijack_proc = rb_intern("hijack_proc");
-    id_message = rb_intern("message");
-    id_iv_requests = rb_intern("@requests");
-    id_iv_hijack_proc = rb_intern("@hijack_proc");
-    id_iv_detached = rb_intern("@detached");
-    id_iv_env = rb_intern("@env");
+    id_env_set = rb_intern("env=");
+    id_detached_p = rb_intern("detached?");
+    id_consume = rb_intern("consume");
     k_REMOTE_ADDR = frozen("REMOTE_ADDR");
     k_REQUEST_METHOD = frozen("REQUEST_METHOD");
     k_SERVER_PROTOCOL = frozen("SERVER_PROTOCOL");
@@ -422,9 +351,7 @@ void weft_init_fast_path(VALUE mHTTP1)
     v_connection_keep_alive = frozen("connection: keep-alive\r\n");
 
     rb_define_alloc_func(cFast, fp_alloc);
-    rb_define_method(cFast, "initialize", fp_initialize, 8);
-    rb_define_method(cFast, "serve", fp_serve, 6);
-    rb_define_method(cFast, "fill", fp_fill, 2);
-    rb_define_method(cFast, "in_flight", fp_in_flight, 0);
+    rb_define_method(cFast, "initialize", fp_initialize, 7);
+    rb_define_method(cFast, "serve", fp_serve, 9);
     rb_define_method(cFast, "server_stopping!", fp_server_stopping, 0);
 }

@@ -1,5 +1,7 @@
 /*
- * weft_readiness.c - Weft::Readiness: readiness notification with no fiber per IO.
+ * weft_readiness.c - core's C extension (weft/weft_readiness): Weft::Readiness, readiness
+ * notification with no fiber per IO (this file), and Weft::Stream's socket read
+ * (stream_recv.c).
  *
  * A reactor wait (io-event's io_wait) needs a fiber parked per IO. To watch many IOs that are
  * usually silent (idle keep-alive connections), this keeps them in a private epoll instance
@@ -12,6 +14,7 @@
  */
 #include <ruby.h>
 #include <ruby/io.h>
+#include "stream_recv.h"
 
 static VALUE cReadiness;
 
@@ -296,4 +299,5 @@ void Init_weft_readiness(void)
     VALUE mWeft = rb_define_module("Weft");
     cReadiness = rb_define_class_under(mWeft, "Readiness", rb_cObject);
     define_methods();
+    weft_init_stream_recv(mWeft);
 }

@@ -111,7 +111,7 @@ module Weft
 
     # @return [Integer] requests being processed now
     def in_flight
-      @rack.in_flight
+      @statistics.in_flight
     end
 
     # @return [Integer] open client connections (parked or busy)

@@ -5,6 +5,7 @@ require "io/wait"
 require "openssl"
 require_relative "errors"
 require_relative "deadline"
+require_relative "weft_readiness" # core's C extension: #recv_append (ext/weft_readiness/stream_recv.c)
 
 module Weft
   # A connected socket (TCP or unix, plain or TLS) with a read buffer: the one piece of I/O under
@@ -40,6 +41,10 @@ module Weft
   # appended to #buffer; #read_partial reads straight into the caller's String. No read makes a
   # new String. #consume of the whole buffer empties it in place; of part of it, it keeps the
   # rest as a shared substring, so the bytes are not copied then (only if more are appended).
+  #
+  # On a plain socket #fill and #fill_now read with one recv(2) from C (#recv_append, in core's
+  # extension): the system call of IO#read_nonblock, without its Ruby calls around it (the
+  # keyword argument, the result's test, the append). Under TLS they read through OpenSSL.
   class Stream
     # The errors that mean the connection is gone. ENOTCONN: the peer's reset raced our read on
     # some kernels; ECONNABORTED/ETIMEDOUT: the kernel gave up on it; IOError: closed under us
@@ -70,6 +75,8 @@ module Weft
       @read_size = read_size
       @scratch = scratch
       @buffer = String.new(encoding: Encoding::BINARY)
+      # Whether #fill and #fill_now read with recv(2) (#recv_append): a socket, until TLS.
+      @recv = socket.is_a?(BasicSocket)
     end
 
     def inspect
@@ -111,10 +118,19 @@ module Weft
     # @return [Integer, nil] bytes appended; nil at end of stream
     # @raise [ConnectionLost, ConnectionStalled]
     def fill(timeout)
-      piece = receive(@read_size, @scratch || own_scratch, timeout)
-      return nil unless piece
-      @buffer << piece
-      piece.bytesize
+      scratch = @scratch || own_scratch
+      if @recv
+        # 0: nothing yet (a while loop: returning from a block allocates)
+        while (count = recv_append(@socket, @buffer, scratch, @read_size)) == 0
+          await(timeout, :read, false)
+        end
+        count
+      elsif (piece = receive(@read_size, scratch, timeout))
+        @buffer << piece
+        piece.bytesize
+      end
+    rescue *PEER_GONE => e
+      raise ConnectionLost, lost_message(e)
     end
 
     # Appends to #buffer what the socket (or TLS) holds already, without waiting.
@@ -122,6 +138,10 @@ module Weft
     # @raise [ConnectionLost]
     def fill_now
       scratch = @scratch || own_scratch
+      if @recv
+        count = recv_append(@socket, @buffer, scratch, @read_size)
+        return count && count > 0
+      end
       case @io.read_nonblock(@read_size, scratch, exception: false)
       when String
         @buffer << scratch
@@ -205,6 +225,28 @@ module Weft
       :eof
     end
 
+    # Hands the connection to code that reads the IO itself (a full hijack). The bytes in #buffer
+    # (what the peer sent beyond what was parsed) are pushed back into the IO's own read buffer,
+    # so its buffered reads (read, readpartial, read_nonblock, gets, each_line; the same on an
+    # SSLSocket) return them first. Reads that bypass that buffer refuse to run while it holds
+    # bytes (IO#sysread, BasicSocket#recv raise IOError "... for buffered IO") rather than skip
+    # them. The stream must not be read afterwards.
+    # @return [Socket, OpenSSL::SSL::SSLSocket] #io
+    def hand_over
+      unless @buffer.empty?
+        if tls?
+          # OpenSSL::Buffering#ungetc takes one character: the bytes one at a time, last first.
+          # Quadratic in their number, which is small: what arrived with the request's last read.
+          @buffer.each_byte.reverse_each { |byte| @io.ungetc(byte.chr) }
+        else
+          @io.ungetbyte(@buffer)
+        end
+        @buffer = String.new(encoding: Encoding::BINARY)
+      end
+      @recv = false # a recv(2) would pass over the pushed-back bytes
+      @io
+    end
+
     # Closes the connection (TLS without waiting for the peer's close_notify). Idempotent;
     # never raises, never blocks.
     def close
@@ -238,6 +280,8 @@ module Weft
         await(timeout, :connect, step == :wait_writable)
       end
       @io = ssl
+      @recv = false # the socket carries TLS records now
+      ssl
     rescue *PEER_GONE, SystemCallError => e
       raise ConnectionLost, "#{lost_message(e)} (during the TLS handshake)"
     end

@@ -2,6 +2,9 @@
 
 require_relative "../test_helper"
 require_relative "support/server_helpers"
+require_relative "../support/certificates"
+require "openssl"
+require "tmpdir"
 require "logger"
 require "stringio"
 
@@ -238,6 +241,52 @@ class ServerRackFeaturesTest < Minitest::Test
       socket.write("hi")
       assert_equal "echo:hi", socket.read
       assert_equal 0, server.open_connections
+    end
+  end
+
+  # A full hijack that answers 101, then echoes the first bytes it reads (those the client sent
+  # with the request)
+  HIJACK_ECHO = lambda do |env|
+    io = env["rack.hijack"].call
+    io.write("HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n")
+    io.write("echo:#{io.readpartial(100)}")
+    io.close
+    [200, {}, []]
+  end
+
+  # Sends an upgrade request with "early" behind it in the same write; asserts the echo.
+  def assert_hijack_echoes_early_bytes(socket)
+    socket.write("GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nearly")
+    assert_equal 101, read_response(socket, head_request: true).status
+    assert_equal "echo:early", socket.read
+  end
+
+  # A full hijack gets the bytes the client sent beyond the request first (the first frames of
+  # a WebSocket, say), on the fast path and the Ruby path (a server with an access log) alike;
+  # Rack::Lint checks that rack.hijack returns an IO
+  def test_full_hijack_gets_the_bytes_sent_with_the_request
+    [{}, { access_log: StringIO.new }].each do |options|
+      with_server(HIJACK_ECHO, **options) do |server, port|
+        assert_hijack_echoes_early_bytes(connect(port))
+        settled = Time.now + 1 # the client sees the echo a moment before the request is finished
+        sleep 0.01 until server.in_flight.zero? || Time.now > settled
+        assert_equal 0, server.in_flight
+      end
+    end
+  end
+
+  # Over TLS the app gets the SSLSocket (not an IO: Rack::Lint would refuse it), with the
+  # decrypted bytes sent beyond the request first.
+  def test_full_hijack_over_tls_gets_the_bytes_sent_with_the_request
+    Dir.mktmpdir do |dir|
+      certs = Weft::Test::Certificates.generate(dir)
+      binds = ["ssl://127.0.0.1:0?cert=#{certs[:cert_file]}&key=#{certs[:key_file]}"]
+      with_server(HIJACK_ECHO, lint: false, binds: binds) do |_, port|
+        socket = OpenSSL::SSL::SSLSocket.new(connect(port), OpenSSL::SSL::SSLContext.new)
+        socket.sync_close = true
+        socket.connect
+        assert_hijack_echoes_early_bytes(socket)
+      end
     end
   end
 

@@ -19,6 +19,13 @@ module Weft
     #
     # It knows its server only as a ConnectionHost (settings, the Rack adapter, parking, the
     # graceful stop, statistics): that class lists the whole interface.
+    #
+    # HTTP1::FastPath#serve (C) runs a plain request for it, with what it needs passed in as
+    # arguments (#serve_one). Of the connection itself it uses two methods, both here and public:
+    #
+    #   env=        the request whose app is about to run, for the StallDetector (#serve_one
+    #               clears it when the request is done, as for the Ruby path)
+    #   detached?   after the app: whether it hijacked the socket (then nothing is written)
     class Connection
       # The client went away or broke the connection (EOF, reset, broken pipe): the stream's
       # Weft::ConnectionLost under the server's name.
@@ -39,8 +46,9 @@ module Weft
       # @return [Float] when (Timers.now) the connection last became idle: accepted, or its last
       #   response written
       attr_reader :idle_since
-      # @return [Hash, nil] the env of the request being answered, for the StallDetector
-      attr_reader :env
+      # @return [Hash, nil] the env of the request being answered, for the StallDetector. Set
+      #   by #run, or by HTTP1::FastPath#serve before the app call; cleared by #serve_one.
+      attr_accessor :env
 
       # @param host [ConnectionHost] everything of the server this connection uses
       # @param socket [Socket] the accepted socket
@@ -131,16 +139,19 @@ module Weft
         @host.forget(self)
       end
 
-      # Hands the socket to the application (full hijack): the server forgets it.
-      # @return [IO]
+      # Hands the socket to the application (full hijack): the server forgets it. Bytes the
+      # client sent beyond the request (a pipelined request, the first frames of a WebSocket)
+      # come first from the IO's buffered reads (Weft::Stream#hand_over).
+      # @return [IO] the socket; an OpenSSL::SSL::SSLSocket on a TLS listener
       def hijack
-        detach.io
+        detach.hand_over
       end
 
-      # @return [Boolean] whether the app took the socket (hijack or streaming body)
-      def detached?
-        @detached
-      end
+      # @return [Boolean] whether the app took the socket (hijack or streaming body). An
+      #   attribute reader: HTTP1::FastPath asks it after every app call, and a reader costs C
+      #   no Ruby frame.
+      attr_reader :detached
+      alias detached? detached
 
       # @return [Boolean] whether the server is stopping: a response head written now says
       #   `connection: close` (see ResponseWriter)
@@ -166,13 +177,15 @@ module Weft
         @stream.fill(timeout) or raise ClientGone, "end of stream"
       end
 
-      # Replaces the contents of `buffer` with the next bytes from the socket (at least one, at
-      # most READ_SIZE), waiting at most `timeout` seconds. A buffer the caller reuses costs no
-      # allocation per read: a 100 MB upload read into fresh strings left ~80 MB of garbage.
-      # @return [String] buffer
+      # Replaces the contents of `buffer` with the next bytes of the request (at least one, at
+      # most `size`): those already buffered first, then the socket's, waiting at most `timeout`
+      # seconds. A buffer the caller reuses costs no allocation per read: a 100 MB upload read
+      # into fresh strings left ~80 MB of garbage.
+      # @param buffer [String, nil] nil for a new String
+      # @return [String] buffer (or the new String)
       # @raise [ClientTimeout, ClientGone]
-      def read_into(buffer, timeout)
-        @stream.read_partial(READ_SIZE, buffer, timeout) or raise ClientGone, "end of stream"
+      def read_into(buffer, timeout, size = READ_SIZE)
+        @stream.read_partial(size, buffer, timeout) or raise ClientGone, "end of stream"
       end
 
       # Writes all of `data`, waiting at most write_timeout for the client to take each part.
@@ -259,7 +272,7 @@ module Weft
 
       # @return [Boolean] whether bytes arrived; raises ClientGone at EOF
       def fill_now
-        filled = @fast_path ? @fast_path.fill(@socket, @stream.buffer) : @stream.fill_now
+        filled = @stream.fill_now
         raise ClientGone, "end of stream" if filled.nil?
         filled
       end
@@ -272,10 +285,12 @@ module Weft
       def serve_one
         if @fast_path && !@head_deadline # (a head begun earlier is finished by #read_head)
           begin
-            answer = @fast_path.serve(self, @parser, @stream.buffer, @socket, @remote_addr, @env_template)
+            answer = @fast_path.serve(self, @parser, @stream, @stream.buffer, @socket, @remote_addr, @env_template,
+                                      @requests, @hijack_proc || hijack_proc) # no call once it is made
           rescue HTTP1::ParseError => e
             return parse_failed(e)
           end
+          @requests += 1 unless answer.nil? # a head was parsed: it counted this request as the next
           case answer
           when true, false then return answer
           when Hash then return run(answer) # a body to read, or a statistics endpoint
@@ -287,6 +302,8 @@ module Weft
         return env unless env.is_a?(Hash)
         @requests += 1
         run(env)
+      ensure
+        @env = nil # the request is done, whichever path ran it
       end
 
       # Reads the body of a request whose head is parsed (and counted), then runs and answers it.
@@ -299,8 +316,6 @@ module Weft
         env[RACK_INPUT] = input
         @env = env
         @host.rack.call(self, env, keep_alive)
-      ensure
-        @env = nil
       end
 
       # A head that is not complete and has no more bytes waiting does not keep a fiber: the

@@ -46,16 +46,10 @@ module Weft
         @request_deadline = config[:request_deadline]
         @env_templates = {}.compare_by_identity
         @host_cache = {}
-        @in_flight = 0
         unless @access_log || @request_deadline
-          @fast_path = HTTP1::FastPath.new(app, self, statistics, @host_cache, @internal_paths, EmptyInput::INSTANCE,
+          @fast_path = HTTP1::FastPath.new(app, statistics, @host_cache, @internal_paths, EmptyInput::INSTANCE,
                                            ResponseWriter::STATUS_LINES, config[:max_requests_per_connection])
         end
-      end
-
-      # @return [Integer] requests being processed now
-      def in_flight
-        @fast_path ? @in_flight + @fast_path.in_flight : @in_flight
       end
 
       # The graceful stop began: responses say `connection: close` from now on (the Ruby
@@ -110,8 +104,7 @@ module Weft
       # @return [Boolean] whether the connection may carry another request
       # @raise [Connection::ClientGone, Connection::ClientTimeout] the response could not be written
       def call(connection, env, keep_alive)
-        @in_flight += 1
-        @statistics.request!
+        @statistics.request_started!
         started = Timers.now if @access_log
         fill_server_name(env)
         env["rack.hijack"] = connection.hijack_proc
@@ -121,36 +114,43 @@ module Weft
           response = (internal_response(env) unless @internal_paths.empty?) || call_under_deadline(env)
         rescue StandardError, ScriptError => e
           error = e
-        rescue Exception # rubocop:disable Lint/RescueException
-          # Weft::Cancelled, Interrupt...: nothing is written, and the task goes away
-          completed(connection, env, nil, nil, nil, started)
-          raise
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          abandoned(connection, env, e, started)
         end
         respond(connection, env, keep_alive, response, error, nil, started)
       ensure
-        @in_flight -= 1
+        @statistics.request_finished!
       end
 
-      # Finishes a request that HTTP1::FastPath#serve ran the app for (counted, env complete)
-      # but could not answer by itself: it writes the response, or the `unsent` rest of one the
-      # socket did not take at once, then does what #call does after the app.
+      # Finishes a request that HTTP1::FastPath#serve ran the app for (counted as started, env
+      # complete) but could not answer by itself: it writes the response, or the `unsent` rest
+      # of one the socket did not take at once, then does what #call does after the app.
       # @param connection [Connection]
       # @param env [Hash]
       # @param keep_alive [Boolean] whether the request allows another one after it (the fast
       #   path's decision, including a graceful stop, when `unsent` is given)
       # @param response [Array, Object] what the app returned (nil when it raised)
-      # @param error [Exception, nil] what the app raised
+      # @param error [Exception, nil] what the app raised; one that is not a StandardError or
+      #   ScriptError (Weft::Cancelled, Interrupt...) is raised again here, as #call does
       # @param unsent [String, nil] the part of the serialized response not sent yet
       # @return [Boolean] whether the connection may carry another request
       # @raise [Connection::ClientGone, Connection::ClientTimeout] the response could not be written
       def finish(connection, env, keep_alive, response, error, unsent)
-        @in_flight += 1
+        abandoned(connection, env, error, nil) unless error.nil? || error.is_a?(StandardError) || error.is_a?(ScriptError)
         respond(connection, env, keep_alive, response, error, unsent, nil)
       ensure
-        @in_flight -= 1
+        @statistics.request_finished!
       end
 
       private
+
+      # The app raised what is not an error of the request (Weft::Cancelled, Interrupt...):
+      # nothing is written, the callbacks the app registered run, and the exception goes on up
+      # (the task goes away).
+      def abandoned(connection, env, exception, started)
+        completed(connection, env, nil, nil, nil, started)
+        raise exception
+      end
 
       # Everything after the app: the response (a 503 or 500 for what the app raised), then
       # #completed.
@@ -191,8 +191,7 @@ module Weft
       end
 
       # After the response (or an app that never returned): the 5xx count, closing a spooled
-      # rack.input, the access log line, the rack.response_finished callbacks. (The callbacks
-      # are the env's: HTTP1::FastPath#serve calls this for them when the app was cancelled.)
+      # rack.input, the access log line, the rack.response_finished callbacks.
       def completed(connection, env, status, headers, error, started)
         @statistics.server_error! if status.to_i >= 500
         input = env["rack.input"]
@@ -220,7 +219,8 @@ module Weft
 
       # SERVER_NAME and SERVER_PORT from the Host header; without one the template's (the
       # listener's address) stay. Clients send the same few Host values over and over, so the
-      # split is cached per distinct value (HTTP1::FastPath reads the cache too).
+      # split is cached per distinct value (HTTP1::FastPath reads the cache too, and hands a
+      # request with a Host not in it to this path).
       def fill_server_name(env)
         host = env["HTTP_HOST"]
         return if host.nil? || host.empty?

@@ -24,8 +24,9 @@ module Weft
 
       # @param connection [Connection] for #fill and #read_into
       # @param parser [HTTP1::RequestParser] the parsed head
-      # @param buffer [String] the connection's buffer: bytes after the head; the body's bytes
-      #   are removed from it
+      # @param buffer [String] the connection's buffer: bytes after the head (a chunked body is
+      #   decoded from it in place; a Content-Length body is read through the connection, which
+      #   takes these bytes first)
       # @param settings [ConnectionSettings] max_body_bytes, spool_threshold, body_timeout
       # @yield when the client waits for 100 Continue and the body must be read
       # @return [EmptyInput, StringIO, Tempfile]
@@ -41,30 +42,21 @@ module Weft
         if chunked
           read_chunked(connection, buffer, settings, limit)
         else
-          read_length(connection, buffer, settings, length)
+          read_length(connection, settings, length)
         end
       end
 
-      def read_length(connection, buffer, settings, length)
-        if buffer.bytesize >= length
-          body = buffer.byteslice(0, length)
-          buffer.replace(buffer.byteslice(length, buffer.bytesize - length))
-          return StringIO.new(body)
-        end
-
+      # Reads never go past the body, so what follows it (a pipelined request) stays in the
+      # connection's buffer, and the bytes that came with the head are taken first: the stream
+      # does both (Weft::Stream#read_partial).
+      def read_length(connection, settings, length)
         sink = Sink.new(settings.spool_threshold)
-        sink << buffer
-        buffer.clear
-        # One buffer for the whole body, not a string per read (see Connection#read_into).
-        chunk = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
+        # One buffer for the whole body, not a string per read (see Connection#read_into): the
+        # first read makes it, the others refill it.
+        chunk = nil
         timeout = settings.body_timeout
         while sink.size < length
-          connection.read_into(chunk, timeout)
-          missing = length - sink.size
-          if chunk.bytesize > missing # the next pipelined request began
-            buffer << chunk.byteslice(missing, chunk.bytesize - missing)
-            chunk = chunk.byteslice(0, missing)
-          end
+          chunk = connection.read_into(chunk, timeout, [length - sink.size, Connection::READ_SIZE].min)
           sink << chunk
         end
         sink.input

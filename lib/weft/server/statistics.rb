@@ -13,17 +13,30 @@ module Weft
       COUNTERS = %i[requests responses_5xx client_errors parse_errors connections_accepted connections_reclaimed].freeze
 
       attr_reader(*COUNTERS)
+      # @return [Integer] requests being processed now: begun (#request_started!), not finished
+      attr_reader :in_flight
 
-      # @param server [Server] read for the gauges (in-flight, open and idle connections)
+      # @param server [Server] read for the gauges (open and idle connections)
       def initialize(server)
         @server = server
         @started = Time.now
         COUNTERS.each { |name| instance_variable_set(:"@#{name}", 0) }
+        @in_flight = 0
       end
 
       # Counting, one method per counter (called by the server and its connections).
-      def request!
+
+      # A request's app is about to be called: it counts, and is in flight until
+      # #request_finished!. The two are called by whoever runs the request: RackAdapter, or
+      # HTTP1::FastPath for the requests it answers by itself.
+      def request_started!
         @requests += 1
+        @in_flight += 1
+      end
+
+      # The request's response is written, or it failed.
+      def request_finished!
+        @in_flight -= 1
       end
 
       def server_error!
@@ -56,7 +69,7 @@ module Weft
           started_at: @started.utc.iso8601,
           uptime: (Time.now - @started).round(3),
           requests: @requests,
-          in_flight: @server.in_flight,
+          in_flight: @in_flight,
           connections_open: @server.open_connections,
           connections_idle: @server.idle_pool.size,
           connections_accepted: @connections_accepted,
