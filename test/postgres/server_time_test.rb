@@ -111,16 +111,18 @@ class PostgresServerTimeTest < Minitest::Test
         db.query(first)
         assert known_slow?(db, first), "pg_sleep(0.05) was not marked"
 
-        slow = "select pg_sleep(0.3), 'server-time-busy'"
+        # Long enough that a short statement held up behind it (>= 0.6 s) stands clear of one
+        # merely slowed by a loaded machine (a full suite beside other jobs: 0.32 s seen).
+        slow = "select pg_sleep(0.6), 'server-time-busy'"
         db.query(slow) # unknown: it may hold up the short statements this once
-        assert known_slow?(db, slow), "pg_sleep(0.3) was not marked"
+        assert known_slow?(db, slow), "pg_sleep(0.6) was not marked"
         slow_started = now
         db.query(slow)
         slow_took = now - slow_started
         during = latencies.select { |started, _| started >= slow_started && started < slow_started + slow_took }
         assert_operator during.size, :>, 10, "too few short statements ran meanwhile"
         worst = during.map(&:last).max
-        assert_operator worst, :<, 0.2, "a short statement waited #{worst}s behind the known slow one"
+        assert_operator worst, :<, 0.4, "a short statement waited #{worst}s behind the known slow one"
       end
     end
   end
