@@ -36,8 +36,12 @@ module Weft
       ASYNC_TIMEOUTS = [Timeout::Error, (Timeout::ExitException if defined?(Timeout::ExitException))].compact.freeze
       DEFERRED = ASYNC_TIMEOUTS.to_h { |error| [error, :on_blocking] }.freeze
       HELD = ASYNC_TIMEOUTS.to_h { |error| [error, :never] }.freeze
-      # Limits that end less than this many seconds apart are taken for the same one.
-      TIE = 0.001
+      # Limits that end less than this many seconds apart are taken for the same one (it only
+      # decides which limit the error names). A header timeout that defaults to the read timeout
+      # starts when the request is sent, the first read wait a moment later: a GC run or YJIT
+      # compiling in between made that moment over 1 ms now and then (a CI run on Ruby 3.3
+      # named the header timeout for a client given only read_timeout).
+      TIE = 0.02
       # How much longer than the caller's deadline a wait lasts, for its timer to end it first.
       GRACE = 0.01
       private_constant :TIMEOUTS, :DOING, :ASYNC_TIMEOUTS, :DEFERRED, :HELD, :TIE, :GRACE
@@ -191,8 +195,8 @@ module Weft
         if @part_deadline && kind == :read
           left = @part_deadline.remaining
           if seconds.nil? || left < seconds
-            # Within a millisecond the two are one limit (a header timeout that defaults to the
-            # read timeout, on the first wait): the error names the read timeout.
+            # Within TIE the two are one limit (a header timeout that defaults to the read
+            # timeout, on the first wait): the error names the read timeout.
             @binding = TIMEOUTS.fetch(@part) unless seconds && seconds - left < TIE
             seconds = left
           end
