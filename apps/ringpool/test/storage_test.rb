@@ -17,6 +17,7 @@ class RingpoolStorageTest < Minitest::Test
       items = Array.new(5) { { "ring_pool" => pool["id"] } }
       before = allocate(port, items)
       assert(before.none? { |a| a["overflow"] })
+      before_takeovers = api(port, :get, "/health").last["takeovers"]
 
       cluster.stop(mode: :fast)
       5.times do
@@ -34,6 +35,10 @@ class RingpoolStorageTest < Minitest::Test
       tracked = (before + after).map { |a| a["number"] }
       stored = sql(db, "select number from allocations").map { |row| row["number"] }
       assert_equal tracked.sort, stored.sort, "every tracked answer is stored, and nothing else"
+      assert_equal tracked.uniq, tracked, "a number locked out before the restart was handed out again"
+      # Taken back with the state it had, not reloaded from the table (Allocator#readopt).
+      takeovers = api(port, :get, "/health").last["takeovers"]
+      assert_equal({ "retained" => 1, "loaded" => 1 }, takeovers, "before the restart: #{before_takeovers}")
     end
   ensure
     cluster&.destroy

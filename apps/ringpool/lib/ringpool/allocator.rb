@@ -33,11 +33,17 @@ module Ringpool
     # One item to allocate: its pool and params (JSON text).
     Item = Struct.new(:pool, :params)
 
+    # Seconds a state released with `retain: true` may be taken back by #readopt. Long enough
+    # for a PostgreSQL restart and the claims after it; short enough that a pool some other
+    # shard served unnoticed in between (see #readopt) is not served from an old state for long.
+    RETAIN_SECONDS = 60
+
     # @param store [Store]
     def initialize(store)
       @store = store
       @group_commit = GroupCommit.new(store, in_flight: INSERTS_IN_FLIGHT, timeout: LATE_STORE_TIMEOUT)
       @states = {}
+      @retained = {}
     end
 
     # Takes over a pool: from now on this shard hands out its numbers.
@@ -45,13 +51,51 @@ module Ringpool
     # @param numbers [Array<(String, Integer)>] from Store#numbers_with_lockouts
     # @return [void]
     def adopt(pool, numbers)
+      @retained.delete(pool.id)
       @states[pool.id] = PoolState.new(pool, numbers)
     end
 
     # Stops handing out a pool's numbers (ownership lost or given away).
+    # @param retain [Boolean] keep the state for #readopt: right when the pool was lost with
+    #   the lock session (PostgreSQL restarted, the session failed) and no other shard is known
+    #   to serve it; wrong when it was given away or another shard holds it
     # @return [void]
-    def release(id)
-      @states.delete(id)
+    def release(id, retain: false)
+      state = @states.delete(id)
+      @retained[id] = [state, Process.clock_gettime(Process::CLOCK_MONOTONIC)] if retain && state
+    end
+
+    # Takes a pool over again with the state it was released with (see #release), instead of
+    # loading its lockouts from the table: after a PostgreSQL restart that load, for every
+    # pool of every shard at once, is what keeps the service degraded (bench/results/
+    # ringpool-faults.md). The state is as good as the table's as long as no other shard handed
+    # out the pool's numbers in between, which Ownership checks at every tick (#forget). If one
+    # did anyway (it held the pool between two ticks), the state is behind the table only by
+    # lockouts it lacks: a number it believes free is refused by the exclusion constraint and
+    # the pool reloaded (#allocate). It never believes a number locked that is free.
+    # @param pool [RingPool] as the catalog has it now
+    # @return [Boolean] whether the pool was taken over (false: load it and #adopt)
+    def readopt(pool)
+      state, released_at = @retained.delete(pool.id)
+      return false if state.nil? || state.pool != pool
+      return false if Process.clock_gettime(Process::CLOCK_MONOTONIC) - released_at > RETAIN_SECONDS
+      @states[pool.id] = state
+      true
+    end
+
+    # @param id [Integer]
+    # @return [Boolean] whether a state released with `retain: true` is kept for the pool
+    def retained?(id)
+      @retained.key?(id)
+    end
+
+    # Drops the retained states of pools for which the block is true (another shard holds
+    # them now) or whose time is up.
+    # @yieldparam id [Integer]
+    # @return [void]
+    def forget
+      oldest = Process.clock_gettime(Process::CLOCK_MONOTONIC) - RETAIN_SECONDS
+      @retained.delete_if { |id, (_state, released_at)| released_at < oldest || yield(id) }
     end
 
     # @return [Boolean] whether this shard owns the pool

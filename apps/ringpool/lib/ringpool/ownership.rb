@@ -23,7 +23,11 @@ module Ringpool
   # A shard that stops heartbeating (SIGSTOP) keeps its pools — its session still holds the
   # locks — but no longer counts as live, so the others take over the pools it cannot claim.
   # If the lock session fails, the shard drops every pool at once (its locks are gone or
-  # cannot be vouched for) and reconnects on the next tick. In the moment between another
+  # cannot be vouched for) and reconnects on the next tick. It keeps the dropped pools' states,
+  # though, and claims those pools first when it can again: a pool no other shard held
+  # meanwhile is taken back without loading its lockouts (Allocator#readopt), so after a
+  # PostgreSQL restart the shards serve again within a tick or two instead of reloading every
+  # pool's numbers while the load goes on. In the moment between another
   # shard claiming a pool and the old owner noticing, both may hand out its numbers; the
   # exclusion constraint on allocations keeps that from ever handing one out twice.
   class Ownership
@@ -84,6 +88,13 @@ module Ringpool
       @failed = false
       @unowned = {}
       @on_shards = on_shards
+      @takeovers = { retained: 0, loaded: 0 }
+    end
+
+    # @return [Hash{Symbol => Integer}] pools taken over so far: `retained` with the state this
+    #   shard kept when it lost them, `loaded` from the table
+    def takeovers
+      @takeovers.dup
     end
 
     # @return [Boolean] whether the lock session failed last time it was used (PostgreSQL
@@ -134,6 +145,7 @@ module Ringpool
         @on_shards&.call(conn.exec(SHARD_SESSIONS).to_h { |row| [row["url"], Integer(row["pid"])] })
         @catalog.refresh
         routes = read_routes(conn)
+        @allocator.forget { |id| (owner = routes[id]) && owner != @url }
         mine = routes.select { |_id, owner| owner == @url }.keys
         (@allocator.owned_ids - mine).each { |id| @allocator.release(id) }
         # Locked but never taken over (its state failed to load): let it go, to be claimed anew.
@@ -145,7 +157,8 @@ module Ringpool
         if mine.size > fair
           give_away(conn, mine.sample(mine.size - fair), routes)
         elsif mine.size < fair
-          claim_share(conn, (@catalog.ids - routes.keys).shuffle, fair - mine.size, routes)
+          orphans = (@catalog.ids - routes.keys).shuffle
+          claim_share(conn, orphans.partition { |id| @allocator.retained?(id) }.flatten(1), fair - mine.size, routes)
         end
         @routes = routes
         @unowned = {}
@@ -158,6 +171,9 @@ module Ringpool
     # @return [Boolean] whether this shard owns it now
     def claim_new(pool)
       session do |conn|
+        # A tick may have claimed it first. Not again: advisory locks count, so a second lock
+        # would outlive the one unlock that gives the pool away.
+        next true if @allocator.owns?(pool.id)
         claimed = claim(conn, [pool.id], 1, @routes.dup)
         @routes = @routes.merge(claimed.to_h { |id| [id, @url] })
         claimed.include?(pool.id)
@@ -165,9 +181,10 @@ module Ringpool
     end
 
     # Drops every pool and closes the lock session.
+    # @param retain [Boolean] keep the pools' states to claim them back (Allocator#release)
     # @return [void]
-    def close
-      @allocator.owned_ids.each { |id| @allocator.release(id) }
+    def close(retain: false)
+      @allocator.owned_ids.each { |id| @allocator.release(id, retain: retain) }
       @routes = {}
       @session&.close
       @session = nil
@@ -186,7 +203,7 @@ module Ringpool
         end
       rescue StandardError, Weft::Cancelled => e
         @failed = true unless e.is_a?(Weft::Cancelled)
-        close
+        close(retain: true)
         raise
       end
     end
@@ -215,35 +232,44 @@ module Ringpool
       conn.exec_params(ROUTES, [LOCK_CLASS]).to_h { |row| [Integer(row["ring_pool_id"]), row["url"]] }
     end
 
-    # Claims up to `wanted` of `orphans`, a chunk at a time, within CLAIM_BUDGET.
+    # Claims up to `wanted` of `orphans`, a chunk at a time, within CLAIM_BUDGET. Takeovers are
+    # logged (how many, how long): after a restart of PostgreSQL or of a shard they are what
+    # the service is waiting for.
     def claim_share(conn, orphans, wanted, routes)
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      taken = 0
       until orphans.empty? || wanted <= 0
         claimed = claim(conn, orphans, [wanted, CLAIM_CHUNK].min, routes)
         break if claimed.empty? # the rest are locked by others
+        taken += claimed.size
         wanted -= claimed.size
         orphans -= claimed
         break if Process.clock_gettime(Process::CLOCK_MONOTONIC) - started > CLAIM_BUDGET
       end
+      return if taken.zero?
+      Weft.logger.info(format("ringpool %s: took over %d pools in %.2f s, %d more wanted", @url, taken,
+                              Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, [wanted, 0].max))
     end
 
-    # Tries to lock up to `count` of `ids` and takes over those it got.
+    # Tries to lock up to `count` of `ids` and takes over those it got: from their retained
+    # states where it can (Allocator#readopt), else from the table.
     # @return [Array<Integer>] the pools claimed
     def claim(conn, ids, count, routes)
       claimed = conn.exec_params(<<~SQL, [LOCK_CLASS, "{#{ids.join(',')}}", count]).column_values(0).map { |id| Integer(id) }
         select id from unnest($2::integer[]) as id where pg_try_advisory_lock($1, id) limit $3
       SQL
       return claimed if claimed.empty?
+      cold = claimed.reject { |id| @allocator.readopt(@catalog[id]) }
+      @takeovers[:retained] += claimed.size - cold.size
       begin
-        numbers = @store.numbers_with_lockouts(claimed)
+        numbers = cold.empty? ? {} : @store.numbers_with_lockouts(cold)
       rescue StandardError
         claimed.each { |id| conn.exec_params("select pg_advisory_unlock($1, $2)", [LOCK_CLASS, id]) }
         raise
       end
-      claimed.each do |id|
-        @allocator.adopt(@catalog[id], numbers.fetch(id))
-        routes[id] = @url
-      end
+      cold.each { |id| @allocator.adopt(@catalog[id], numbers.fetch(id)) }
+      @takeovers[:loaded] += cold.size
+      claimed.each { |id| routes[id] = @url }
       claimed
     end
 

@@ -167,6 +167,7 @@ module Ringpool
     def health
       { "status" => "ok", "shard" => @url, "pid" => Process.pid, "owned_pools" => @allocator.owned_ids.size,
         "known_pools" => @catalog.size, "ownership" => @ownership&.failed? ? "failing" : "ok",
+        "takeovers" => @ownership ? @ownership.takeovers.transform_keys(&:to_s) : {},
         "peers" => @fan_out.statistics }
     end
 
