@@ -220,6 +220,18 @@ module Weft
         start
       end
 
+      # Restarts the server in a child process without waiting for it (`pg_ctl restart -w`,
+      # which keeps the settings and port): the caller waits for the returned pid with
+      # Process.wait, which a fiber scheduler turns into a wait of its own. For a test whose
+      # clients run in this process and must not stall meanwhile (#restart runs pg_ctl from a
+      # thread under a scheduler, and that thread's turns on the interpreter lock stall them).
+      # @return [Integer] the pid of pg_ctl; it exits 0 once the server accepts connections again
+      def spawn_restart(mode: :fast)
+        cmd = [File.join(bin_dir, "pg_ctl"), "restart", "-m", mode.to_s, "-w", "-t", "60", "-D", @data_dir]
+        cmd = ["runuser", "-u", run_as, "--", *cmd] if run_as
+        Process.spawn({ "LC_ALL" => "C" }, *cmd, chdir: @base_dir, in: File::NULL, %i[out err] => [@log_file, "a"])
+      end
+
       # Stops the server and deletes the whole cluster.
       def destroy(mode: :fast)
         begin

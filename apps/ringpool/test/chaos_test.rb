@@ -19,6 +19,13 @@ require "weft/http"
 #   RINGPOOL_CHAOS_STRICT       1: also fail when a request took longer than deadline + 100 ms
 #                               (the issue's bound; on a loaded 2-core machine the suite only
 #                               reports it, and fails past deadline + 2 s)
+#
+# The clients share this process's reactor, and on two cores it stalls now and then (its own
+# JSON, the shards' CPU, a replacement worker booting): a request in flight meanwhile is read
+# late, however early its answer came. A fiber watches for such stalls, and the bound is
+# checked on each request's time less the client stalls it overlapped (the report gives both).
+# PostgreSQL is restarted by a child process (PostgresCluster#spawn_restart) waited for in a
+# fiber: `restart` from a thread here stalled the clients for up to 0.6 s.
 class RingpoolChaosTest < Minitest::Test
   include Ringpool::Test::Helpers
 
@@ -36,7 +43,9 @@ class RingpoolChaosTest < Minitest::Test
   HARD_BOUND = 2.0
 
   # One POST /allocations as the client saw it.
-  Request = Struct.new(:items, :status, :answers, :seconds, :error)
+  Request = Struct.new(:items, :status, :answers, :seconds, :error, :started_at)
+  # Client stalls shorter than this are not recorded: a reactor turn on a busy machine.
+  STALL = 0.02
 
   def watchdog_timeout
     120 + ALLOCATIONS / 100.0
@@ -58,11 +67,13 @@ class RingpoolChaosTest < Minitest::Test
     pools = create_pools
     requests = nil
     chaos_done = { kills: 0, restarts: 0 }
+    stalls = []
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     Weft.run do
       remaining = (ALLOCATIONS + ITEMS - 1) / ITEMS
       requests = []
       chaos = Weft.spawn { make_chaos(-> { requests.size }, remaining, chaos_done) }
+      watch = Weft.spawn { watch_stalls(stalls) }
       Weft.gather(Array.new(CLIENTS) do
         Weft.spawn do
           http = Weft::HTTP::Client.new("http://127.0.0.1:#{@cluster.port}", proxy: nil, read_timeout: 10, deadline: 10)
@@ -75,9 +86,10 @@ class RingpoolChaosTest < Minitest::Test
         end
       end)
       chaos.cancel
+      watch.cancel
     end
     elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-    report = check(requests, pools, chaos_done, elapsed)
+    report = check(requests, pools, chaos_done, elapsed, stalls)
     puts report if ENV["RINGPOOL_CHAOS_REPORT"] == "1"
   end
 
@@ -99,15 +111,33 @@ class RingpoolChaosTest < Minitest::Test
 
   def post(http, pools)
     items = Array.new(ITEMS) { |index| { "ring_pool" => pools.keys.sample, "params" => { "i" => index } } }
+    body = JSON.generate({ "allocations" => items })
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    response = http.post("/allocations", body: JSON.generate({ "allocations" => items }),
-                                         headers: { "content-type" => "application/json" })
+    response = http.post("/allocations", body: body, headers: { "content-type" => "application/json" })
     seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
     answers = response.status == 200 ? JSON.parse(response.body).fetch("allocations") : nil
-    Request.new(items, response.status, answers, seconds, nil)
+    Request.new(items, response.status, answers, seconds, nil, started)
   rescue Weft::HTTP::Error => e
     # A request in flight on a worker that was killed: no answer, so nothing handed out.
-    Request.new(items, nil, nil, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, e)
+    Request.new(items, nil, nil, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, e, started)
+  end
+
+  # Records [from, to] of every stall of this process's reactor longer than STALL: a 10 ms
+  # sleep that ends late says the reactor could not run its fibers meanwhile.
+  def watch_stalls(stalls)
+    loop do
+      asleep = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.01
+      sleep 0.01
+      woke = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      stalls << [asleep, woke] if woke - asleep > STALL
+    end
+  end
+
+  # @return [Float] seconds of the request's time during which the client was stalled
+  def stalled_during(request, stalls)
+    from = request.started_at
+    to = from + request.seconds
+    stalls.sum { |stall_from, stall_to| [[to, stall_to].min - [from, stall_from].max, 0].max }
   end
 
   # Kills a random shard every KILL_EVERY seconds, and restarts PostgreSQL once, when a third
@@ -122,16 +152,18 @@ class RingpoolChaosTest < Minitest::Test
         counts[:kills] += 1
       end
       next if restarted || done.call < total / 3
-      # The restart blocks for a second or two: on a thread, so the clients go on meanwhile.
-      restarted = Thread.new { @postgres.restart }
+      restarted = @postgres.spawn_restart
       counts[:restarts] += 1
     end
   ensure
-    restarted&.join
+    if restarted
+      Process.wait(restarted)
+      raise "pg_ctl restart failed: #{$?.inspect}" unless $?.success? # rubocop:disable Style/SpecialGlobalVars
+    end
   end
 
   # @return [String] the report
-  def check(requests, pools, chaos_done, elapsed)
+  def check(requests, pools, chaos_done, elapsed, stalls)
     answered = requests.select(&:answers)
     refute_empty answered
     assert(requests.all? { |request| request.answers || request.error }, "a request got neither an answer nor an error")
@@ -179,8 +211,13 @@ class RingpoolChaosTest < Minitest::Test
 
     seconds = answered.map(&:seconds).sort
     late = seconds.count { |s| s > DEADLINE + BOUND }
+    served = answered.map { |request| request.seconds - stalled_during(request, stalls) }.sort
+    late_served = served.count { |s| s > DEADLINE + BOUND }
     assert_operator seconds.last, :<, DEADLINE + HARD_BOUND, "a request took #{seconds.last.round(3)} s"
-    assert_equal 0, late, "#{late} requests took longer than the deadline + #{BOUND * 1000} ms" if STRICT
+    if STRICT
+      assert_equal 0, late_served, "#{late_served} requests took longer than the deadline + #{BOUND * 1000} ms, " \
+                                   "not counting the client's own stalls"
+    end
 
     lost = requests.count(&:error)
     items = answered.sum { |request| request.items.size }
@@ -191,6 +228,8 @@ class RingpoolChaosTest < Minitest::Test
       no answer (worker killed mid-request): #{lost} requests (#{requests.filter_map(&:error).map(&:class).tally.map { |k, n| "#{n} #{k.name.split('::').last}" }.join(', ')})
       stored allocations: #{rows.size} (#{rows.size - handed_out.size} stored but not handed out: a peer that answered after the deadline, or a killed worker's); handed out twice: #{twice.size}; tracked answers not stored: #{missing.size}; overlapping lockouts in the table: 0
       latency: p50 #{ms(seconds, 0.5)}, p99 #{ms(seconds, 0.99)}, max #{(seconds.last * 1000).round} ms; over deadline + #{(BOUND * 1000).round} ms: #{late} of #{seconds.size}
+      the client's own stalls over #{(STALL * 1000).round} ms: #{stalls.size}, #{(stalls.sum { |from, to| to - from } * 1000).round} ms in all, longest #{((stalls.map { |from, to| to - from }.max || 0) * 1000).round} ms
+      latency less the client's stalls: p50 #{ms(served, 0.5)}, p99 #{ms(served, 0.99)}, max #{(served.last * 1000).round} ms; over deadline + #{(BOUND * 1000).round} ms: #{late_served} of #{served.size}
     REPORT
   end
 
