@@ -271,7 +271,14 @@ module Weft
         return true if (speculative || @stream.tls?) && fill_now
         return drain if @host.stopping?
         linger = @settings.linger
-        return true if linger&.positive? && @requests > 1 && @socket.wait_readable(linger) && fill_now
+        # The reactor's io_wait hook is called directly, as IO#wait_readable would call it, minus
+        # the way there: IO#wait_readable reaches the hook from C (rb_io_wait, then a call into
+        # Ruby that enters the VM anew), which every lingering fiber's stack also holds while it
+        # waits. A connection is only served inside the server's reactor, and the socket's own
+        # read buffer, which IO#wait_readable looks at first, is never used (reads are recv(2)).
+        if linger&.positive? && @requests > 1 && Fiber.scheduler.io_wait(@socket, IO::READABLE, linger) && fill_now
+          return true
+        end
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
         return drain if @host.stopping? # the stop began while this connection lingered
         @host.park(self, park_timeout)
