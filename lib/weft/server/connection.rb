@@ -165,9 +165,10 @@ module Weft
       # when it handed the request back), names it for the StallDetector, and calls the app.
       #
       # One call from C rather than five (Stream#consume, Statistics#request_started!, #env=, the
-      # app, Statistics#request_finished!): on Ruby 3.1 every call from C into Ruby enters the VM
-      # anew, while calls between Ruby methods stay inside it (and are compiled by YJIT on 3.3).
-      # bench/results/server-connections.md has the measurements.
+      # app, Statistics#request_finished!): every call from C into Ruby enters the VM anew, while
+      # calls between Ruby methods stay inside it (and YJIT compiles them on Ruby 3.3). Measured
+      # with the linger wait below in bench/results/server-connections.md: within the noise on
+      # Ruby 3.1, about 0.5-0.9 µs a request on 3.3 + YJIT.
       # @return what the app returned
       def call_app(length, env)
         @stream.consume(length)
