@@ -9,7 +9,9 @@
 # `wrk -t1 -cN`. Per request it measures:
 #   - CPU time of the server process (user + system, its own clock), the figure the changes
 #     aim at: unlike requests/s it barely moves when other jobs share the machine;
-#   - objects allocated (GC.stat, the app's own three objects included);
+#   - objects allocated (GC.stat, the app's own three objects included), and the GC's work for
+#     them: collections (minor + major) and GC time per 10,000 requests. A minor collection
+#     marks every live fiber's stacks, so its cost grows with the connections being served;
 #   - method calls (Ruby methods, C functions, blocks), counted exactly by a TracePoint (with
 #     PROFILE_CALLS=1, the 40 most called are printed);
 #   - system calls (`strace -c -f` during a second wrk run, when strace is installed);
@@ -41,14 +43,16 @@ module ServerProfile
            "on #{Time.now.utc.strftime('%Y-%m-%d %H:%M UTC')}: #{RUBY_DESCRIPTION}" \
            "#{' (RUBY_YJIT_ENABLE=1)' if ENV['RUBY_YJIT_ENABLE'] == '1'}, `wrk -t1 -c#{connections} -d#{SECONDS}s`, " \
            "one server process, #{Etc.nprocessors} CPUs shared with wrk.\n\n"
-    out << "| checkout | commit | round | requests/s | CPU µs per request | objects per request | Ruby / C calls, blocks per request |\n"
-    out << "|---|---|---:|---:|---:|---:|---|\n"
+    out << "| checkout | commit | round | requests/s | CPU µs per request | objects per request | " \
+           "GC runs (minor + major) / ms per 10k requests | Ruby / C calls, blocks per request |\n"
+    out << "|---|---|---:|---:|---:|---:|---:|---|\n"
     ROUNDS.times do |round|
       checkouts.each do |checkout|
         row = serving(checkout, connections) { |port| [counters(port, connections), calls(port, connections)] }
         figures, calls = row
-        out << format("| %s | %s | %d | %.0f | %.2f | %.2f | %.1f / %.1f / %.1f |\n", checkout, commit(checkout), round + 1,
-                      figures[:rps], figures[:cpu_us], figures[:objects], *calls)
+        out << format("| %s | %s | %d | %.0f | %.2f | %.2f | %.2f + %.2f / %.1f | %.1f / %.1f / %.1f |\n", checkout,
+                      commit(checkout), round + 1, figures[:rps], figures[:cpu_us], figures[:objects], figures[:minor_gcs],
+                      figures[:major_gcs], figures[:gc_ms], *calls)
         $stderr.puts out.lines.last
       end
     end
@@ -79,13 +83,15 @@ module ServerProfile
     end
   end
 
-  # @return [Hash] :rps, :cpu_us and :objects per request
+  # @return [Hash] :rps, :cpu_us and :objects per request; :minor_gcs, :major_gcs and :gc_ms
+  #   per 10,000 requests
   def counters(port, connections)
     before = control(port, "start")
     requests = wrk(port, connections, SECONDS)
     after = control(port, "counters")
-    { rps: requests / SECONDS.to_f, cpu_us: (after["cpu"] - before["cpu"]) * 1e6 / requests,
-      objects: (after["allocations"] - before["allocations"]).to_f / requests }
+    per = ->(key, scale = 1) { (after[key] - before[key]).to_f * scale / requests }
+    { rps: requests / SECONDS.to_f, cpu_us: per.call("cpu", 1e6), objects: per.call("allocations"),
+      minor_gcs: per.call("minor_gcs", 10_000), major_gcs: per.call("major_gcs", 10_000), gc_ms: per.call("gc_ms", 10_000) }
   end
 
   # Counted with a TracePoint, which slows the server down but counts exactly: a figure that

@@ -4,14 +4,20 @@
 # /__profile/ (they run in the server process, so they can read its counters).
 require "json"
 
+# The server's CPU time, and what the GC did: objects allocated, collections run (minor and
+# major) and the time they took (GC.stat(:time), milliseconds, Ruby 3.1+).
+counters = lambda {
+  gc = GC.stat
+  { cpu: Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID), allocations: gc[:total_allocated_objects],
+    minor_gcs: gc[:minor_gc_count], major_gcs: gc[:major_gc_count], gc_ms: gc[:time] }
+}
+
 controls = {
   "/__profile/start" => lambda {
     GC.start
-    { cpu: Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID), allocations: GC.stat(:total_allocated_objects) }
+    counters.call
   },
-  "/__profile/counters" => lambda {
-    { cpu: Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID), allocations: GC.stat(:total_allocated_objects) }
-  },
+  "/__profile/counters" => counters,
   "/__profile/calls/start" => lambda {
     $profile_calls = Hash.new(0)
     $profile_methods = Hash.new(0)

@@ -2,11 +2,12 @@
  * fast_path.c - Weft::HTTP1::FastPath: a keep-alive request from the bytes
  * already read to the response on the wire, in one call.
  *
- *   fast = Weft::HTTP1::FastPath.new(app, statistics, host_cache, internal_paths,
+ *   fast = Weft::HTTP1::FastPath.new(statistics, host_cache, internal_paths,
  *                                    empty_input, status_lines, max_requests)
  *   fast.serve(connection, parser, stream, buffer, socket, remote_addr,
  *              env_template, requests, hijack)
  *     -> true / false   answered: whether the connection may carry another request
+ *                       (the connection ends the request in statistics)
  *     -> nil            the head is not complete: nothing was consumed
  *     -> Hash           the env of a request the app was not called for (it has a
  *                       body, is for the statistics endpoints, or names a Host not
@@ -21,26 +22,33 @@
  * It does what Server::Connection#serve_one, Server::RackAdapter#call and
  * ResponseWriter.write do for the common request, with none of their Ruby
  * method calls: parse the head (raising Weft::HTTP1::ParseError as
- * RequestParser#parse does), build the env from the listener's template, call
- * the app, serialize a plain response (response_head.c, the same code the Ruby
- * writer uses) and send it with one non-blocking send(2). Anything else is
- * handed back at the point where it stops being plain, so the Ruby path keeps
- * every rule it has (bodies, Expect, HEAD, 1xx/204/304, hijack, streaming
- * bodies, rack.response_finished callbacks, errors, partial writes) in one
- * place. Measured on a hello-world app: bench/results/server-profile.md.
+ * RequestParser#parse does), build the env from the listener's template, have
+ * the connection call the app, serialize a plain response (response_head.c,
+ * the same code the Ruby writer uses) and send it with one non-blocking
+ * send(2). Anything else is handed back at the point where it stops being
+ * plain, so the Ruby path keeps every rule it has (bodies, Expect, HEAD,
+ * 1xx/204/304, hijack, streaming bodies, rack.response_finished callbacks,
+ * errors, partial writes) in one place. Measured on a hello-world app:
+ * bench/results/server-profile.md.
  *
  * What it knows of the server is what it is given: the arguments above (the
  * connection's requests answered so far and its rack.hijack callable among them),
  * and the documented interfaces it calls -
- *   stream       Weft::Stream#consume (the head, once parsed from `buffer`, the
- *                stream's): the buffer is the stream's to slice
- *   statistics   Server::Statistics#request_started!, #request_finished!
- *                (the one count of requests in flight), #server_error!
- *   connection   Server::Connection#env= (before the app call, for the
- *                StallDetector; the connection clears it when the request is
- *                done) and #detached? (after it: hijacked)
+ *   connection   Server::Connection#call_app(length, env), its one call back
+ *                into Ruby per request: the connection drops the head from its
+ *                stream, counts the request as started (the one count of
+ *                requests in flight), names it for the StallDetector and calls
+ *                the app; and #detached? (after it: hijacked)
+ *   stream       Weft::Stream#consume, for a head handed back to the Ruby path
+ *                (the buffer is the stream's to slice)
+ *   statistics   Server::Statistics#server_error!, and #request_finished! when
+ *                a throw leaves the app
  *   host_cache   RackAdapter's Host header => [SERVER_NAME, SERVER_PORT],
  *                read only (a Host not in it goes to the Ruby path, which adds it)
+ * One call back into Ruby rather than five: each call from C into a Ruby method
+ * enters the VM anew, while calls between Ruby methods stay in it (and YJIT
+ * compiles them on Ruby 3.3). What that saves is small:
+ * bench/results/server-connections.md.
  */
 #include <ruby.h>
 #include <ruby/io.h>
@@ -53,8 +61,7 @@
 #include "response_head.h"
 
 typedef struct {
-    VALUE app;
-    VALUE statistics;     /* #request_started!, #request_finished!, #server_error! */
+    VALUE statistics;     /* #server_error!, #request_finished! */
     VALUE host_cache;     /* RackAdapter's Host header => [SERVER_NAME, SERVER_PORT] */
     VALUE internal_paths; /* Array of the statistics endpoints' paths */
     VALUE empty_input;    /* Server::EmptyInput::INSTANCE */
@@ -67,8 +74,7 @@ typedef struct {
 } fast_path;
 
 static VALUE cServer; /* Weft::Server, for its date_line */
-static ID id_call, id_request_started_bang, id_request_finished_bang, id_server_error_bang, id_date_line,
-          id_env_set, id_detached_p, id_consume;
+static ID id_call_app, id_request_finished_bang, id_server_error_bang, id_date_line, id_detached_p, id_consume;
 static VALUE k_REMOTE_ADDR, k_REQUEST_METHOD, k_SERVER_PROTOCOL, k_PATH_INFO, k_HTTP_HOST,
              k_SERVER_NAME, k_SERVER_PORT, k_rack_input, k_rack_hijack, k_rack_response_finished,
              v_connection_close, v_connection_keep_alive;
@@ -76,7 +82,6 @@ static VALUE k_REMOTE_ADDR, k_REQUEST_METHOD, k_SERVER_PROTOCOL, k_PATH_INFO, k_
 static void fp_mark(void *ptr)
 {
     fast_path *fp = ptr;
-    rb_gc_mark(fp->app);
     rb_gc_mark(fp->statistics);
     rb_gc_mark(fp->host_cache);
     rb_gc_mark(fp->internal_paths);
@@ -96,7 +101,7 @@ static VALUE fp_alloc(VALUE klass)
 {
     fast_path *fp;
     VALUE obj = TypedData_Make_Struct(klass, fast_path, &fast_path_type, fp);
-    fp->app = fp->statistics = fp->host_cache = fp->internal_paths = Qnil;
+    fp->statistics = fp->host_cache = fp->internal_paths = Qnil;
     fp->empty_input = fp->status_lines = fp->out = fp->date_line = Qnil;
     return obj;
 }
@@ -109,9 +114,9 @@ static fast_path *get_fp(VALUE self)
     return fp;
 }
 
-/* FastPath.new(app, statistics, host_cache, internal_paths, empty_input,
+/* FastPath.new(statistics, host_cache, internal_paths, empty_input,
  *              status_lines, max_requests) */
-static VALUE fp_initialize(VALUE self, VALUE app, VALUE statistics, VALUE host_cache, VALUE internal_paths,
+static VALUE fp_initialize(VALUE self, VALUE statistics, VALUE host_cache, VALUE internal_paths,
                            VALUE empty_input, VALUE status_lines, VALUE max_requests)
 {
     fast_path *fp;
@@ -119,7 +124,6 @@ static VALUE fp_initialize(VALUE self, VALUE app, VALUE statistics, VALUE host_c
     Check_Type(host_cache, T_HASH);
     Check_Type(internal_paths, T_ARRAY);
     Check_Type(status_lines, T_HASH);
-    fp->app = app;
     fp->statistics = statistics;
     fp->host_cache = host_cache;
     fp->internal_paths = rb_ary_dup(internal_paths);
@@ -220,13 +224,13 @@ static long send_now(VALUE socket, const char *ptr, long len)
 }
 
 struct app_call {
-    VALUE app, env;
+    VALUE connection, length, env;
 };
 
 static VALUE call_app(VALUE arg)
 {
     struct app_call *c = (struct app_call *)arg;
-    return rb_funcall(c->app, id_call, 1, c->env);
+    return rb_funcall(c->connection, id_call_app, 2, c->length, c->env);
 }
 
 static VALUE handed_over(VALUE env, int keep_alive, VALUE response, VALUE error, VALUE unsent)
@@ -253,11 +257,13 @@ static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE stream, VALUE 
     length = weft_request_parse(parser, buffer, env_template, &env);
     if (length == 0) return Qnil;
     p = weft_request_core(parser);
-    rb_funcall(stream, id_consume, 1, LONG2NUM(length)); /* the env holds copies */
     rb_hash_aset(env, k_REMOTE_ADDR, remote_addr);
-    if (p->chunked || p->content_length > 0) return env;
-    if (RARRAY_LEN(fp->internal_paths) && internal_path(fp, rb_hash_lookup(env, k_PATH_INFO))) return env;
-    if (!fill_server_name(fp, env)) return env;
+    if (p->chunked || p->content_length > 0 ||
+        (RARRAY_LEN(fp->internal_paths) && internal_path(fp, rb_hash_lookup(env, k_PATH_INFO))) ||
+        !fill_server_name(fp, env)) {
+        rb_funcall(stream, id_consume, 1, LONG2NUM(length)); /* the env holds copies */
+        return env;
+    }
     keep_alive = p->keep_alive && NUM2LONG(requests) + 1 < fp->max_requests;
 
     rb_hash_aset(env, k_rack_input, fp->empty_input);
@@ -265,11 +271,11 @@ static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE stream, VALUE 
     finished = rb_ary_new();
     rb_hash_aset(env, k_rack_response_finished, finished);
 
-    /* From here on every way out ends the request in statistics: here when answered, in
-     * RackAdapter#finish when handed over. */
-    rb_funcall(fp->statistics, id_request_started_bang, 0);
-    rb_funcall(conn, id_env_set, 1, env);
-    call.app = fp->app;
+    /* Once the connection has started the request (Connection#call_app), every way out ends
+     * it in statistics: the connection when answered here, RackAdapter#finish when handed
+     * over, here when a throw leaves the app. */
+    call.connection = conn;
+    call.length = LONG2NUM(length);
     call.env = env;
     response = rb_protect(call_app, (VALUE)&call, &state);
     if (state) {
@@ -312,7 +318,6 @@ static VALUE fp_serve(VALUE self, VALUE conn, VALUE parser, VALUE stream, VALUE 
         return handed_over(env, keep_alive, response, Qnil,
                            rb_str_new(RSTRING_PTR(fp->out) + sent, RSTRING_LEN(fp->out) - sent));
     if (status_code >= 500) rb_funcall(fp->statistics, id_server_error_bang, 0);
-    rb_funcall(fp->statistics, id_request_finished_bang, 0);
     RB_GC_GUARD(env);
     RB_GC_GUARD(response);
     return keep_alive ? Qtrue : Qfalse;
@@ -329,12 +334,10 @@ void weft_init_fast_path(VALUE mHTTP1)
 {
     VALUE cFast = rb_define_class_under(mHTTP1, "FastPath", rb_cObject);
 
-    id_call = rb_intern("call");
-    id_request_started_bang = rb_intern("request_started!");
+    id_call_app = rb_intern("call_app");
     id_request_finished_bang = rb_intern("request_finished!");
     id_server_error_bang = rb_intern("server_error!");
     id_date_line = rb_intern("date_line");
-    id_env_set = rb_intern("env=");
     id_detached_p = rb_intern("detached?");
     id_consume = rb_intern("consume");
     k_REMOTE_ADDR = frozen("REMOTE_ADDR");
@@ -351,7 +354,7 @@ void weft_init_fast_path(VALUE mHTTP1)
     v_connection_keep_alive = frozen("connection: keep-alive\r\n");
 
     rb_define_alloc_func(cFast, fp_alloc);
-    rb_define_method(cFast, "initialize", fp_initialize, 7);
+    rb_define_method(cFast, "initialize", fp_initialize, 6);
     rb_define_method(cFast, "serve", fp_serve, 9);
     rb_define_method(cFast, "server_stopping!", fp_server_stopping, 0);
 }

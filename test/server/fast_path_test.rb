@@ -69,12 +69,21 @@ class ServerFastPathTest < Minitest::Test
     assert_includes http10[1], "connection: close\r\n"
   end
 
+  # a request counts as in flight while its app runs (Connection#call_app starts it, the
+  # connection ends it once the fast path has answered)
   def test_counts_requests_and_5xx_responses
-    app = ->(env) { env["PATH_INFO"] == "/fail" ? [500, {}, ["no"]] : PLAIN.call(env) }
+    running = nil
+    in_flight = Queue.new
+    app = lambda do |env|
+      in_flight << running.in_flight
+      env["PATH_INFO"] == "/fail" ? [500, {}, ["no"]] : PLAIN.call(env)
+    end
     with_server(app, lint: false) do |server, port|
+      running = server
       socket = connect(port)
       socket.write("GET / HTTP/1.1\r\nHost: t\r\n\r\nGET /fail HTTP/1.1\r\nHost: t\r\n\r\n")
       2.times { read_response(socket) }
+      assert_equal [1, 1], [in_flight.pop, in_flight.pop]
       assert_equal 2, server.statistics.requests
       assert_equal 1, server.statistics.responses_5xx
       assert_equal 0, server.in_flight

@@ -26,6 +26,10 @@ module Weft
       #   (Connection#serve_one); nil when every request must come here (an access log or a
       #   request_deadline, which the fast path does not do)
       attr_reader :fast_path
+      # @return [#call] the Rack app. A connection on the fast path calls it itself
+      #   (Connection#call_app), with nothing of the adapter's around it: the fast path exists
+      #   only when there is nothing to add (no access log, no request_deadline).
+      attr_reader :app
 
       # @param app [#call] the Rack app
       # @param config [Config] read for stats_path, metrics_path, request_deadline and
@@ -47,7 +51,7 @@ module Weft
         @env_templates = {}.compare_by_identity
         @host_cache = {}
         unless @access_log || @request_deadline
-          @fast_path = HTTP1::FastPath.new(app, statistics, @host_cache, @internal_paths, EmptyInput::INSTANCE,
+          @fast_path = HTTP1::FastPath.new(statistics, @host_cache, @internal_paths, EmptyInput::INSTANCE,
                                            ResponseWriter::STATUS_LINES, config[:max_requests_per_connection])
         end
       end
