@@ -371,6 +371,48 @@ class SchedulerTest < Minitest::Test
     writer&.close
   end
 
+  # A wait that times out on an idle reactor: the poll blocked until the timeout, so the
+  # reactor looked at the socket at the moment the wait ran out.
+  def test_a_wait_timed_out_on_an_idle_reactor_was_watched_to_its_end
+    reader, writer = UNIXSocket.pair
+    ends_at = watched = nil
+    Weft.run do
+      ends_at = Weft::Timers.now + 0.05
+      refute reader.wait_readable(0.05), "nothing was written"
+      watched = Weft.scheduler.watched?(ends_at)
+    end
+    assert watched, "the reactor did not look at the socket through the timeout"
+  ensure
+    reader&.close
+    writer&.close
+  end
+
+  # A fiber that a poll resumed for I/O keeps the CPU for 100 ms, past the other fiber's 50 ms
+  # timeout: the reactor last looked at the socket long before the timeout, and says so.
+  def test_a_wait_timed_out_while_a_fiber_kept_the_cpu_was_not_watched
+    reader, writer = UNIXSocket.pair
+    busy_reader, busy_writer = UNIXSocket.pair
+    ends_at = watched = nil
+    Weft.run do
+      busy = Weft.spawn do
+        busy_reader.wait_readable
+        spin_until = Weft::Timers.now + 0.1
+        nil while Weft::Timers.now < spin_until
+      end
+      waiting = Weft.spawn do
+        ends_at = Weft::Timers.now + 0.05
+        reader.wait_readable(0.05)
+        watched = Weft.scheduler.watched?(ends_at)
+      end
+      Weft.spawn { busy_writer.write("x") } # the next poll resumes the busy fiber
+      waiting.wait
+      busy.wait
+    end
+    refute watched, "the reactor claims to have looked at the socket while a fiber kept the CPU"
+  ensure
+    [reader, writer, busy_reader, busy_writer].each { |io| io&.close }
+  end
+
   def test_a_blocking_call_in_the_loop_fiber_is_refused
     scheduler = Weft::Scheduler.new
     error = assert_raises(Weft::Error) { scheduler.suspend(0.01) }

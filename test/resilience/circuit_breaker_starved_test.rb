@@ -1,0 +1,238 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "rbconfig"
+require "weft/resilience"
+require "weft/http"
+
+# A breaker judges the dependency, not its caller: a call that ran out of time while the
+# caller's reactor was not looking for the answer (a fiber kept the CPU, or the process waited
+# for one) tells it nothing about the peer. The peer runs in a process of its own, so that a
+# reactor kept busy here cannot hold it up (through the GVL, as a thread would be).
+class CircuitBreakerStarvedTest < Minitest::Test
+  DEADLINE = 0.05
+  CALLS = 10
+  # Milliseconds a healthy peer takes when the caller is not busy, and a slow peer.
+  PROMPT = 5
+  SLOW = 200
+  # How long a busy fiber keeps the reactor from looking at its sockets: twice the deadline.
+  HOG = 0.1
+
+  # GET /MS answers "ok" after MS milliseconds; GET /held/TOKEN as soon as the gate TOKEN is
+  # open, which a line "TOKEN" on a connection to the second port opens. On keep-alive
+  # connections, a thread per connection.
+  PEER = <<~'RUBY'
+    require "socket"
+    server = TCPServer.new("127.0.0.1", 0)
+    control = TCPServer.new("127.0.0.1", 0)
+    $stdout.puts "#{server.addr[1]} #{control.addr[1]}"
+    $stdout.flush
+    lock = Mutex.new
+    opened = ConditionVariable.new
+    gates = {}
+    Thread.new do
+      loop do
+        Thread.new(control.accept) do |socket|
+          while (token = socket.gets&.chomp)
+            lock.synchronize { gates[token] = true; opened.broadcast }
+          end
+        end
+      end
+    end
+    loop do
+      Thread.new(server.accept) do |client|
+        while (line = client.gets)
+          nil until (header = client.gets).nil? || header == "\r\n"
+          if (token = line[%r{\AGET /held/(\w+)}, 1])
+            lock.synchronize { opened.wait(lock) until gates[token] }
+          else
+            sleep(line[%r{\AGET /(\d+)}, 1].to_i / 1000.0)
+          end
+          client.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        end
+      rescue IOError, SystemCallError
+        nil
+      ensure
+        client.close
+      end
+    end
+  RUBY
+
+  def setup
+    @peer = IO.popen([RbConfig.ruby, "-e", PEER])
+    port, control = @peer.gets.split.map { |number| Integer(number) }
+    @url = "http://127.0.0.1:#{port}"
+    @gates = TCPSocket.new("127.0.0.1", control)
+    @rounds = 0
+  end
+
+  def teardown
+    @gates&.close
+    Process.kill(:KILL, @peer.pid)
+    @peer.close
+  end
+
+  def breaker(**options)
+    defaults = { window_calls: CALLS, minimum_calls: CALLS / 2, open_for: 30, register: false }
+    Weft::CircuitBreaker.new("starved-#{name}", **defaults, **options)
+  end
+
+  # Runs the block in a reactor with a client whose CALLS connections to the peer are open.
+  def with_client
+    client = Weft::HTTP::Client.new(@url)
+    Weft.run do
+      Array.new(CALLS) { Weft.spawn { client.get("/0").body } }.each(&:wait)
+      yield client
+    end
+  ensure
+    client&.close
+  end
+
+  # CALLS calls at once through the breaker, each under `deadline`, each asking for `ms`
+  # milliseconds, or with ms :held for an answer the moment the busy fiber starts. With hog:
+  # true, a fiber that the reactor resumes for I/O right after the calls have sent their
+  # requests keeps the CPU for HOG seconds, inside that poll, so the reactor looks at the
+  # calls' sockets again only after their deadlines have passed.
+  # @return [Array] per call the body, or the class of the error the call ended with
+  def round(client, breaker, ms, hog: false, deadline: DEADLINE)
+    path = ms == :held ? "/held/round#{@rounds += 1}" : "/#{ms}"
+    reader, writer = IO.pipe
+    hogging = Weft.spawn { reader.wait_readable && busy(path) } if hog
+    calls = Array.new(CALLS) do
+      Weft.spawn do
+        Weft.deadline(deadline) do
+          breaker.call(fallback: ->(error) { error.class }) { client.get(path).body }
+        end
+      end
+    end
+    # Spawned after the calls, so it runs once each has sent its request and waits.
+    Weft.spawn { writer.write("x") } if hog
+    outcomes = calls.map(&:wait)
+    hogging&.wait
+    outcomes
+  ensure
+    reader.close
+    writer.close
+  end
+
+  # The busy fiber: lets the peer answer the held calls of `path`, then keeps the CPU.
+  def busy(path)
+    @gates.write("#{path[%r{/held/(\w+)}, 1]}\n") if path.start_with?("/held/")
+    spin(HOG)
+  end
+
+  def spin(seconds)
+    spin_until = Weft::Timers.now + seconds
+    nil while Weft::Timers.now < spin_until
+  end
+
+  # The peer answers at once, while the caller's reactor is busy: it looks at the answers only
+  # after 100 ms, when the deadlines' timers fire. On main every call counted as a failure and
+  # the breaker opened.
+  def test_a_healthy_peer_behind_a_busy_caller_keeps_its_breaker_closed
+    b = breaker
+    with_client do |client|
+      outcomes = round(client, b, :held, hog: true)
+      assert_equal [Weft::HTTP::DeadlineExceeded], outcomes.uniq, "the calls were late"
+      assert_equal ["ok"] * CALLS, round(client, b, PROMPT), "with the reactor free, the same calls succeed"
+    end
+    assert_equal :closed, b.state
+    assert_equal [2 * CALLS, CALLS, 0, CALLS, 0], b.statistics.values_at(:calls, :successes, :failures, :starved, :opened)
+  end
+
+  # The same 50 ms deadline, an idle caller, a peer that takes 200 ms: the reactor waited for the
+  # answers through the deadline, and the calls count against the peer.
+  def test_a_slow_peer_behind_an_idle_caller_opens_its_breaker
+    b = breaker
+    with_client do |client|
+      assert_equal [Weft::HTTP::DeadlineExceeded], round(client, b, SLOW).uniq
+    end
+    assert_equal :open, b.state
+    stats = b.statistics
+    # A loaded machine may hold the reactor up at a deadline now and then: those are starved.
+    assert_equal CALLS, stats[:failures] + stats[:starved]
+    assert_operator stats[:failures], :>=, CALLS / 2
+  end
+
+  # Starved rounds leave the window as it was; the peer is judged by the rounds in which the
+  # caller kept up, healthy or slow. A slow peer behind a starved caller is the case the breaker
+  # cannot tell from a healthy one: those calls are starved too, until an idle round shows it.
+  def test_starved_calls_neither_open_nor_hide_a_slow_peer
+    b = breaker
+    with_client do |client|
+      round(client, b, :held, hog: true)
+      round(client, b, SLOW, hog: true)
+      assert_equal [0, 2 * CALLS, :closed], [b.statistics[:failures], b.statistics[:starved], b.state]
+      assert_equal ["ok"] * CALLS, round(client, b, PROMPT)
+      round(client, b, SLOW)
+    end
+    assert_equal :open, b.state
+    stats = b.statistics
+    assert_equal [CALLS, 1], stats.values_at(:successes, :opened)
+    assert_operator stats[:failures], :>=, CALLS / 2
+  end
+
+  # slow_call (50 ms) with no deadline to speak of: the answers come at once but are read after
+  # 100 ms. Slow in the caller's hands only: starved, where main counted every call slow and
+  # opened the breaker. A peer that takes 200 ms behind an idle caller is slow.
+  def test_slow_calls_are_judged_by_when_the_answer_came
+    b = breaker(slow_call: 0.05)
+    with_client do |client|
+      assert_equal ["ok"] * CALLS, round(client, b, :held, hog: true, deadline: 5)
+      assert_equal [:closed, 0, CALLS], [b.state, b.statistics[:slow], b.statistics[:starved]], b.statistics.inspect
+      assert_equal ["ok"] * CALLS, round(client, b, SLOW, deadline: 5)
+    end
+    assert_equal :open, b.state
+    assert_operator b.statistics[:slow], :>=, CALLS / 2
+  end
+
+  # A caller that spends its own deadline on the CPU before it asks: the client finds no time
+  # left and raises at once. Nothing was asked of the peer in time.
+  def test_a_caller_late_before_it_asks_is_starved
+    b = breaker
+    with_client do |client|
+      calls = Array.new(CALLS) do
+        Weft.spawn do
+          Weft.deadline(DEADLINE) do
+            b.call(fallback: ->(error) { error.class }) do
+              spin(DEADLINE + 0.005)
+              client.get("/#{PROMPT}").body
+            end
+          end
+        end
+      end
+      outcomes = calls.map(&:wait)
+      assert outcomes.all? { |outcome| outcome.is_a?(Class) && outcome <= Weft::DeadlineExceeded }, outcomes.uniq.inspect
+    end
+    assert_equal [:closed, 0, CALLS], [b.state, b.statistics[:failures], b.statistics[:starved]]
+  end
+
+  # A breaker inside a scatter's items: the scatter's deadline passes during the busy turn and
+  # the items it gives up on are judged as the caller's lateness, not the peer's.
+  def test_scatter_items_late_by_the_caller_are_starved
+    b = breaker
+    with_client do |client|
+      reader, writer = IO.pipe
+      hogging = Weft.spawn { reader.wait_readable && busy("/held/scatter") }
+      results = Weft.scatter(Array.new(CALLS) { |index| index }, deadline: DEADLINE, fallback: ->(_item, error) { error.class }) do |index|
+        # The last item wakes the busy fiber; every item has sent its request by the next poll.
+        writer.write("x") if index == CALLS - 1
+        b.call { client.get("/held/scatter").body }
+      end
+      hogging.wait
+      reader.close
+      writer.close
+      assert_empty results - [Weft::DeadlineExceeded, Weft::HTTP::DeadlineExceeded, Weft::Cancelled]
+    end
+    assert_equal [:closed, 0, CALLS], [b.state, b.statistics[:failures], b.statistics[:starved]]
+  end
+
+  # In threads nothing tells the caller's lateness from the peer's: the clock decides, as before.
+  def test_outside_a_reactor_the_clock_decides
+    b = breaker(minimum_calls: 2)
+    2.times do
+      Weft.deadline(DEADLINE) { b.call(fallback: ->(error) { error.class }) { sleep(DEADLINE * 4) } }
+    end
+    assert_equal [:open, 2, 0], [b.state, b.statistics[:failures], b.statistics[:starved]]
+  end
+end
