@@ -387,30 +387,36 @@ class SchedulerTest < Minitest::Test
     writer&.close
   end
 
-  # A fiber that a poll resumed for I/O keeps the CPU for 100 ms, past the other fiber's 50 ms
-  # timeout: the reactor last looked at the socket long before the timeout, and says so.
-  def test_a_wait_timed_out_while_a_fiber_kept_the_cpu_was_not_watched
+  # A fiber that a poll resumed for I/O writes to another fiber's socket and keeps the CPU for
+  # 100 ms, past that fiber's 50 ms timeout. The poll looked before the write: the timer waits
+  # for the next poll, which finds the socket ready, and the wait ends with its I/O. A wait on a
+  # socket nobody writes to times out after that poll, which looked past its moment.
+  def test_a_timer_fires_only_after_the_reactor_looked_past_its_moment
     reader, writer = UNIXSocket.pair
+    silent, silent_peer = UNIXSocket.pair
     busy_reader, busy_writer = UNIXSocket.pair
-    ends_at = watched = nil
+    ready = timed_out = watched = nil
     Weft.run do
       busy = Weft.spawn do
         busy_reader.wait_readable
+        writer.write("x")
         spin_until = Weft::Timers.now + 0.1
         nil while Weft::Timers.now < spin_until
       end
-      waiting = Weft.spawn do
+      answered = Weft.spawn { ready = reader.wait_readable(0.05) }
+      silence = Weft.spawn do
         ends_at = Weft::Timers.now + 0.05
-        reader.wait_readable(0.05)
+        timed_out = !silent.wait_readable(0.05)
         watched = Weft.scheduler.watched?(ends_at)
       end
       Weft.spawn { busy_writer.write("x") } # the next poll resumes the busy fiber
-      waiting.wait
-      busy.wait
+      [answered, silence, busy].each(&:wait)
     end
-    refute watched, "the reactor claims to have looked at the socket while a fiber kept the CPU"
+    assert ready, "the wait timed out with its socket readable"
+    assert timed_out
+    assert watched, "the timeout fired before the reactor looked past its moment"
   ensure
-    [reader, writer, busy_reader, busy_writer].each { |io| io&.close }
+    [reader, writer, silent, silent_peer, busy_reader, busy_writer].each { |io| io&.close }
   end
 
   def test_a_blocking_call_in_the_loop_fiber_is_refused

@@ -184,6 +184,14 @@ module Weft
 
     # One turn of the loop: deliver cancellations, start spawned tasks, run woken fibers, wait
     # for I/O or the next timer, fire due timers.
+    #
+    # A timer fires only once the reactor has looked for I/O at or after its moment (within
+    # WATCH_SLACK). A poll looks before it runs the fibers it wakes; when they keep the CPU
+    # longer than that (or this process waits for a core meanwhile), a timer that came due
+    # during their work waits for the next poll, which does not block since a timer is due.
+    # So a wait whose I/O came in time is woken by it rather than timed out with the answer
+    # unread, and a wait that does time out is known to have had nothing ready at its moment
+    # (#watched?). The price: under such load a timer fires up to one poll's work later.
     def run_once
       deliver_raises unless @raises.empty?
       start_spawned unless @starting.empty?
@@ -203,7 +211,8 @@ module Weft
       looked = @poll_started
       looked += @selector.idle_duration if now - looked > WATCH_SLACK
       @watched = looked
-      @timers.fire(now)
+      # Only the timers due by its look (see above); the others wait for the next poll.
+      @timers.fire(looked + WATCH_SLACK < now ? looked + WATCH_SLACK : now)
     end
 
     # Called by Ruby from Fiber.set_scheduler(nil) or when the thread exits: finish the work
