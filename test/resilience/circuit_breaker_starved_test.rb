@@ -12,11 +12,13 @@ require "weft/http"
 class CircuitBreakerStarvedTest < Minitest::Test
   DEADLINE = 0.05
   CALLS = 10
-  # Milliseconds a healthy peer takes when the caller is not busy, and a slow peer.
+  # Milliseconds a healthy peer takes when the caller is not busy, and a slow peer: slower than
+  # the busy fiber keeps the reactor, by far.
   PROMPT = 5
-  SLOW = 200
-  # How long a busy fiber keeps the reactor from looking at its sockets: twice the deadline.
-  HOG = 0.1
+  SLOW = 400
+  # How long a busy fiber keeps the reactor from looking at its sockets: three deadlines, so
+  # that a peer process held up on a loaded machine still answers the held calls meanwhile.
+  HOG = 0.15
 
   # GET /MS answers "ok" after MS milliseconds; GET /held/TOKEN as soon as the gate TOKEN is
   # open, which a line "TOKEN" on a connection to the second port opens. On keep-alive
@@ -127,7 +129,7 @@ class CircuitBreakerStarvedTest < Minitest::Test
   end
 
   # The peer answers at once, while the caller's reactor is busy: it gets back to the sockets
-  # after 100 ms, past the deadlines. Their timers wait for the reactor's next look, which reads
+  # after 150 ms, past the deadlines. Their timers wait for the reactor's next look, which reads
   # the answers: the calls succeed. On main every call failed and counted, and the breaker opened.
   def test_a_healthy_peer_behind_a_busy_caller_keeps_its_breaker_closed
     b = breaker
@@ -138,7 +140,7 @@ class CircuitBreakerStarvedTest < Minitest::Test
     assert_equal [CALLS, CALLS, 0, 0, 0], b.statistics.values_at(:calls, :successes, :failures, :starved, :opened)
   end
 
-  # The same 50 ms deadline, an idle caller, a peer that takes 200 ms: the reactor waited for the
+  # The same 50 ms deadline, an idle caller, a peer that takes 400 ms: the reactor waited for the
   # answers through the deadline, and the calls count against the peer.
   def test_a_slow_peer_behind_an_idle_caller_opens_its_breaker
     b = breaker
@@ -152,7 +154,7 @@ class CircuitBreakerStarvedTest < Minitest::Test
     assert_operator stats[:failures], :>=, CALLS / 2
   end
 
-  # Behind the same busy caller, a peer that takes 200 ms is still judged: the reactor looked
+  # Behind the same busy caller, a peer that takes 400 ms is still judged: the reactor looked
   # again after the deadlines, and the answers were not there.
   def test_a_busy_caller_still_sees_a_slow_peer
     b = breaker
@@ -184,8 +186,8 @@ class CircuitBreakerStarvedTest < Minitest::Test
   end
 
   # slow_call (50 ms) with no deadline to speak of: the answers come at once but are read after
-  # 100 ms. Slow in the caller's hands only: starved, where main counted every call slow and
-  # opened the breaker. A peer that takes 200 ms behind an idle caller is slow.
+  # 150 ms. Slow in the caller's hands only: starved, where main counted every call slow and
+  # opened the breaker. A peer that takes 400 ms behind an idle caller is slow.
   def test_slow_calls_are_judged_by_when_the_answer_came
     b = breaker(slow_call: 0.05)
     with_client do |client|
