@@ -371,6 +371,54 @@ class SchedulerTest < Minitest::Test
     writer&.close
   end
 
+  # A wait that times out on an idle reactor: the poll blocked until the timeout, so the
+  # reactor looked at the socket at the moment the wait ran out.
+  def test_a_wait_timed_out_on_an_idle_reactor_was_watched_to_its_end
+    reader, writer = UNIXSocket.pair
+    ends_at = watched = nil
+    Weft.run do
+      ends_at = Weft::Timers.now + 0.05
+      refute reader.wait_readable(0.05), "nothing was written"
+      watched = Weft.scheduler.watched?(ends_at)
+    end
+    assert watched, "the reactor did not look at the socket through the timeout"
+  ensure
+    reader&.close
+    writer&.close
+  end
+
+  # A fiber that a poll resumed for I/O writes to another fiber's socket and keeps the CPU for
+  # 100 ms, past that fiber's 50 ms timeout. The poll looked before the write: the timer waits
+  # for the next poll, which finds the socket ready, and the wait ends with its I/O. A wait on a
+  # socket nobody writes to times out after that poll, which looked past its moment.
+  def test_a_timer_fires_only_after_the_reactor_looked_past_its_moment
+    reader, writer = UNIXSocket.pair
+    silent, silent_peer = UNIXSocket.pair
+    busy_reader, busy_writer = UNIXSocket.pair
+    ready = timed_out = watched = nil
+    Weft.run do
+      busy = Weft.spawn do
+        busy_reader.wait_readable
+        writer.write("x")
+        spin_until = Weft::Timers.now + 0.1
+        nil while Weft::Timers.now < spin_until
+      end
+      answered = Weft.spawn { ready = reader.wait_readable(0.05) }
+      silence = Weft.spawn do
+        ends_at = Weft::Timers.now + 0.05
+        timed_out = !silent.wait_readable(0.05)
+        watched = Weft.scheduler.watched?(ends_at)
+      end
+      Weft.spawn { busy_writer.write("x") } # the next poll resumes the busy fiber
+      [answered, silence, busy].each(&:wait)
+    end
+    assert ready, "the wait timed out with its socket readable"
+    assert timed_out
+    assert watched, "the timeout fired before the reactor looked past its moment"
+  ensure
+    [reader, writer, silent, silent_peer, busy_reader, busy_writer].each { |io| io&.close }
+  end
+
   def test_a_blocking_call_in_the_loop_fiber_is_refused
     scheduler = Weft::Scheduler.new
     error = assert_raises(Weft::Error) { scheduler.suspend(0.01) }

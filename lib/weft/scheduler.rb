@@ -28,6 +28,12 @@ module Weft
     # What a fiber parked by Ruby itself (sleep, Mutex, Queue, ConditionVariable...) waits for.
     RUBY_WAIT = :ruby
 
+    # How early a look for I/O may come before a moment and still count as a look at it (see
+    # #watched?): epoll's timeout is in whole milliseconds, so a poll meant to end at a timer's
+    # moment may end up to a millisecond before it, and the timer then fires after a poll that
+    # looked a few microseconds early.
+    WATCH_SLACK = 0.001
+
     # Bounds a fiber's timed #io_wait, with one timer per fiber and reactor that is re-armed
     # lazily. A keep-alive connection waits for its next request with a timeout (linger, idle
     # timeout) and nearly always gets it in time; arming a timer for each such wait and
@@ -150,9 +156,11 @@ module Weft
       @max_lag = 0.0
       @lag = 0.0
       @turn_started = nil
-      # When the current poll (#select) and the one before it began: see #readiness_floor.
+      # When the current poll (#select) began, and when the latest poll that has returned and
+      # the one before it looked for ready I/O: see #watched_until and #readiness_floor.
       @poll_started = nil
-      @earlier_poll_started = nil
+      @watched = nil
+      @earlier_watched = nil
       @closed = false
       # Set in the child of a fork: this copy of the reactor belongs to the parent (see #process_fork).
       @forked = false
@@ -176,6 +184,14 @@ module Weft
 
     # One turn of the loop: deliver cancellations, start spawned tasks, run woken fibers, wait
     # for I/O or the next timer, fire due timers.
+    #
+    # A timer fires only once the reactor has looked for I/O at or after its moment (within
+    # WATCH_SLACK). A poll looks before it runs the fibers it wakes; when they keep the CPU
+    # longer than that (or this process waits for a core meanwhile), a timer that came due
+    # during their work waits for the next poll, which does not block since a timer is due.
+    # So a wait whose I/O came in time is woken by it rather than timed out with the answer
+    # unread, and a wait that does time out is known to have had nothing ready at its moment
+    # (#watched?). The price: under such load a timer fires up to one poll's work later.
     def run_once
       deliver_raises unless @raises.empty?
       start_spawned unless @starting.empty?
@@ -185,11 +201,18 @@ module Weft
       interval = @ready.empty? && @raises.empty? && @starting.empty? ? @timers.wait_interval : 0
       now = Timers.now
       record_lag(now - @turn_started) if @turn_started
-      @earlier_poll_started = @poll_started
+      @earlier_watched = @watched
       @poll_started = now
       @selector.select(interval)
-      @turn_started = Timers.now
-      @timers.fire(@turn_started)
+      now = @turn_started = Timers.now
+      # The poll looked when it began if it did not block, and when its wait ended if it did. A
+      # poll that returned within WATCH_SLACK looked within it of its start: the selector is
+      # asked how long it waited only when that makes a difference.
+      looked = @poll_started
+      looked += @selector.idle_duration if now - looked > WATCH_SLACK
+      @watched = looked
+      # Only the timers due by its look (see above); the others wait for the next poll.
+      @timers.fire(looked + WATCH_SLACK < now ? looked + WATCH_SLACK : now)
     end
 
     # Called by Ruby from Fiber.set_scheduler(nil) or when the thread exits: finish the work
@@ -534,9 +557,9 @@ module Weft
     # runs within the poll that found its I/O ready. If that poll blocked, nothing was ready
     # when it began, and it returned as soon as something was: the I/O became ready when the
     # wait ended (the selector's idle_duration from the poll's start). If it did not block, the
-    # I/O was not ready at the poll before it, if the fiber was already waiting then (that is,
-    # if that poll began after `since`), so it became ready after that poll began. Otherwise
-    # the reactor cannot tell.
+    # I/O was not ready when the poll before it looked (#watched_until), if the fiber was
+    # already waiting then (that is, if that look came after `since`), so it became ready
+    # after that look. Otherwise the reactor cannot tell.
     #
     # The answer is a lower bound but for one thing: the operating system's delay in giving
     # this thread a core back after a blocking poll is part of the wait as the selector
@@ -546,8 +569,30 @@ module Weft
     # @return [Float, nil] monotonic time, later than `since`; nil when the reactor cannot tell
     def readiness_floor(since)
       idle = @selector.idle_duration
-      floor = idle > 0 ? @poll_started + idle : @earlier_poll_started
+      floor = idle > 0 ? @poll_started + idle : @earlier_watched
       floor if floor && floor > since
+    end
+
+    # The latest moment at which this reactor is known to have looked for ready I/O (a lower
+    # bound): when the latest poll that has returned began, if it did not block, or when its
+    # wait ended (the selector's idle_duration from its start). A fiber that was waiting for
+    # its I/O then and was not woken had nothing ready at that moment. Asked from a fiber that
+    # a poll still under way runs, it is the poll before that one.
+    # @return [Float, nil] monotonic time; nil before the first poll has returned
+    def watched_until
+      @watched
+    end
+
+    # Whether the reactor looked for ready I/O at `moment` or later (within WATCH_SLACK): for a
+    # fiber whose wait ran out of time at `moment` and that is still waiting, or was until that
+    # look, whether the awaited I/O is known to have been late. When the reactor last looked
+    # well before the moment and has been running fibers since (or this process waited for a
+    # CPU while it ran them), the I/O may have come in time and lain unread: no evidence either
+    # way. Code that judges a dependency by its timeouts (Weft::CircuitBreaker) uses it.
+    # @param moment [Float] monotonic time
+    def watched?(moment)
+      watched = watched_until
+      !watched.nil? && watched >= moment - WATCH_SLACK
     end
 
     # Counters for statistics pages and tests. `timers` counts every armed timer, including

@@ -18,8 +18,9 @@ class ResilienceServerStatisticsTest < Minitest::Test
     with_server(->(_env) { [200, {}, ["x"]] }, stats_path: "/stats", metrics_path: "/metrics") do |_, port|
       listed = JSON.parse(http_get(port, "/stats").body)["workers"].first["circuit_breakers"]
       mine = listed.find { |entry| entry["name"] == name }
-      assert_equal({ "state" => "open", "calls" => 3, "failures" => 2, "rejected" => 1, "opened" => 1, "admitted_fraction" => 0.0 },
-                   mine.slice("state", "calls", "failures", "rejected", "opened", "admitted_fraction"))
+      assert_equal({ "state" => "open", "calls" => 3, "failures" => 2, "starved" => 0, "rejected" => 1, "opened" => 1,
+                     "admitted_fraction" => 0.0 },
+                   mine.slice("state", "calls", "failures", "starved", "rejected", "opened", "admitted_fraction"))
 
       metrics = http_get(port, "/metrics").body
       labels = %(worker="",pid="#{Process.pid}",breaker="shard \\"3\\" #{object_id}")
@@ -30,6 +31,7 @@ class ResilienceServerStatisticsTest < Minitest::Test
       assert_includes metrics, "weft_circuit_breaker_rejected_total{#{labels}} 1\n"
       assert_includes metrics, "weft_circuit_breaker_failures_total{#{labels}} 2\n"
       assert_includes metrics, "weft_circuit_breaker_opened_total{#{labels}} 1\n"
+      assert_includes metrics, "weft_circuit_breaker_starved_total{#{labels}} 0\n"
     end
   end
 

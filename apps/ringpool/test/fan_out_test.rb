@@ -197,7 +197,8 @@ class RingpoolFanOutTest < Minitest::Test
     with_peers do |urls|
       fan_out = Ringpool::FanOut.new
       Weft.run { 5.times { Weft.deadline(2) { fan_out.call({ urls["good"] => items(3) }) } } }
-      assert_equal({ urls["good"] => { "connections_opened" => 1, "requests" => 5, "breaker" => "closed", "admitted_fraction" => 1.0 } }, fan_out.statistics)
+      assert_equal({ urls["good"] => { "connections_opened" => 1, "requests" => 5, "breaker" => "closed", "admitted_fraction" => 1.0,
+                                       "starved" => 0 } }, fan_out.statistics)
     ensure
       fan_out&.close
     end

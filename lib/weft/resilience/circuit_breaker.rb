@@ -39,6 +39,15 @@ module Weft
   # passed by then: a call cancelled because it was late (a scatter giving up on its items) is
   # judged as a Weft::DeadlineExceeded would be.
   #
+  # Inside a Weft reactor a call is judged by what the reactor saw of it, not by the caller's
+  # clock alone, which also runs while the caller's own reactor is busy (fibers on the CPU, a
+  # GC, the process waiting for a core) and an answer that came in time lies unread. A call
+  # whose deadline passed counts as a failure only if the reactor looked for ready I/O at or
+  # after the deadline and the call was still waiting; a call counts as slow only if its answer
+  # came after `slow_call`. Otherwise it counts as `starved` in the statistics: neither a
+  # failure nor a success, kept out of the window (its exception still goes to the fallback).
+  # In threads, where nothing tells, the clock decides as before. See docs/resilience.md.
+  #
   # One breaker may be shared by the tasks of a reactor and by threads: a mutex guards its
   # bookkeeping, never the protected call. Breakers register under their name
   # (CircuitBreaker[name], CircuitBreaker.all), which is how the server's statistics find them.
@@ -153,7 +162,7 @@ module Weft
       # Bumped on every change of state, so that calls admitted under an earlier state (still
       # running when the breaker opened, say) do not sway the judgement of the current one.
       @generation = 0
-      @successes = @failures = @slow = @ignored = @rejected = @opened = 0
+      @successes = @failures = @slow = @ignored = @starved = @rejected = @opened = 0
       @open_until = nil
       reset_ramp(nil)
       CircuitBreaker.register(self) if register
@@ -186,8 +195,9 @@ module Weft
       outer = $!
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @slow_call
       finished = false
+      probe = nil # the deadline a call admitted while ramping runs under (ramp_deadline)
       begin
-        result = probing ? Weft.deadline(@ramp_deadline) { yield } : yield
+        result = probing ? Weft.deadline(@ramp_deadline) { |deadline| probe = deadline; yield } : yield
         finished = true
       rescue *(fallback ? CATCH_ALL : CATCH_NONE) => error
         # Caught only to be handed to the fallback, if it counts.
@@ -196,15 +206,15 @@ module Weft
           held = false
           @bulkhead.release # before the fallback runs: it needs no slot
         end
-        # A cancellation propagates even when it counts (see #counts?): the task must end.
-        raise error unless failed(error, generation, started) && !error.is_a?(Cancelled)
+        # A cancellation propagates even when it counts (see #verdict): the task must end.
+        raise error unless failed(error, generation, started, probe) && !error.is_a?(Cancelled)
         return fallback.call(error)
       ensure
         @bulkhead.release if held
         # Without a fallback, a failure is recorded here on its way out: catching and re-raising
         # it would cost more than the rest of the breaker (a re-raise takes microseconds on Ruby
         # 3.1). Leaving the block by return, break or throw (no new exception) is a success.
-        ended(($! unless $!.equal?(outer)), generation, started) unless finished
+        ended(($! unless $!.equal?(outer)), generation, started, probe) unless finished
       end
       if failed_if&.call(result)
         count_failure(generation, started)
@@ -236,14 +246,16 @@ module Weft
     end
 
     # @return [Hash] state and counters. `calls` counts the calls that have ended or were
-    #   refused: successes + failures + ignored (exceptions that do not count) + rejected.
-    #   `slow` counts the calls slower than slow_call, whether they succeeded or failed;
-    #   `opened` how often the breaker opened.
+    #   refused: successes + failures + ignored (exceptions that do not count) + starved (calls
+    #   late by their caller's doing, see the class comment) + rejected. `slow` counts the calls
+    #   slower than slow_call, whether they succeeded or failed; `opened` how often the breaker
+    #   opened.
     def statistics
       read do
         { name: @name, state: @state, admitted_fraction: fraction,
-          calls: @successes + @failures + @ignored + @rejected, successes: @successes,
-          failures: @failures, slow: @slow, ignored: @ignored, rejected: @rejected, opened: @opened }
+          calls: @successes + @failures + @ignored + @starved + @rejected, successes: @successes,
+          failures: @failures, slow: @slow, ignored: @ignored, starved: @starved, rejected: @rejected,
+          opened: @opened }
       end
     end
 
@@ -302,6 +314,8 @@ module Weft
     def succeeded(generation, started)
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @clocked
       slow = @slow_call && now - started > @slow_call
+      # Slow only in its caller's hands: no evidence about the dependency either way.
+      return count_unjudged(:starved) if slow && !late_by_dependency?(started + @slow_call, started, false)
       change = @mutex.synchronize do
         @successes += 1
         @slow += 1 if slow
@@ -312,42 +326,91 @@ module Weft
 
     # Records a call that left its block early: by an exception, or (error nil) by return,
     # break or throw, which count as success.
-    def ended(error, generation, started)
-      error ? failed(error, generation, started) : succeeded(generation, started)
+    def ended(error, generation, started, probe)
+      error ? failed(error, generation, started, probe) : succeeded(generation, started)
     end
 
-    # @return [Boolean] whether the exception counts as a failure
-    def failed(error, generation, started)
-      count_failure(generation, started, counts?(error))
+    # Records a call that raised.
+    # @param probe [Deadline, nil] the ramp_deadline the call ran under
+    # @return [Boolean] whether the exception goes to the fallback: it counts, or it would have
+    #   counted had the caller not been late
+    def failed(error, generation, started, probe)
+      verdict = verdict(error, probe)
+      case verdict
+      when :ignored, :starved
+        count_unjudged(verdict)
+        verdict.equal?(:starved)
+      else
+        count_failure(generation, started, verdict.equal?(:expired))
+        true
+      end
     end
 
-    # Records a call that failed (counts: true) or ended with an exception that does not count.
-    # @return [Boolean] counts
-    def count_failure(generation, started, counts = true)
+    # Records a call that failed: it raised an exception that counts, or failed_if rejected its value.
+    # @param waiting [Boolean] whether it failed because its deadline passed while it waited
+    def count_failure(generation, started, waiting = false)
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @clocked
-      slow = counts && @slow_call && now - started > @slow_call
+      slow = @slow_call && now - started > @slow_call && late_by_dependency?(started + @slow_call, started, waiting)
       change = @mutex.synchronize do
-        if counts
-          @failures += 1
-          @slow += 1 if slow
-          judge(SlidingWindow::FAILED | (slow ? SlidingWindow::SLOW : 0), now, generation)
-        else
-          @ignored += 1
-          nil
-        end
+        @failures += 1
+        @slow += 1 if slow
+        judge(SlidingWindow::FAILED | (slow ? SlidingWindow::SLOW : 0), now, generation)
       end
       notify(change) if change
-      counts
+    end
+
+    # Counts a call that does not judge the dependency: :ignored or :starved (see #verdict).
+    def count_unjudged(verdict)
+      @mutex.synchronize { verdict.equal?(:starved) ? @starved += 1 : @ignored += 1 }
+      nil
+    end
+
+    # What a call that raised `error` says about the dependency:
+    # * :ignored, an exception that does not count (see `failure:`), or a cancellation before
+    #   the deadline;
+    # * :expired, its deadline passed while the reactor watched for the answer: the answer was
+    #   late, a failure;
+    # * :starved, its deadline passed, but the reactor last looked for the answer before that
+    #   and was busy since (see #late_by_dependency?): the answer may have been in time;
+    # * :failed, any other exception that counts.
+    # A cancellation after the deadline in force had passed (a scatter giving up on its late
+    # items) is judged as the Weft::DeadlineExceeded it stands for: whoever noticed the
+    # deadline first, the call's own timer or the scatter, is a matter of timer order.
+    # @return [Symbol]
+    def verdict(error, probe)
+      deadline = nil
+      if error.is_a?(DeadlineExceeded) || error.is_a?(Cancelled)
+        deadline = probe || Deadline.current
+        deadline = nil unless deadline&.expired?
+        if error.is_a?(Cancelled)
+          return :ignored unless deadline
+          error = LATE
+        end
+      end
+      return :ignored unless counts?(error)
+      # A DeadlineExceeded with no expired deadline around the call: a limit set inside it (a
+      # Weft.deadline in the block, the HTTP client's own deadline:), judged by the clock.
+      return :failed unless deadline
+      late_by_dependency?(deadline.at, nil, true) ? :expired : :starved
+    end
+
+    # Whether a call that was still unfinished at `moment` was so by the dependency's doing, as
+    # far as the reactor can tell. A call still waiting when its time ran out (waiting: true)
+    # was, if the reactor looked for ready I/O at or after the moment and the call was not woken
+    # (Scheduler#watched?). A call that got its answer was, if the answer came after the moment
+    # (Scheduler#readiness_floor since the call started). Otherwise the answer may have come in
+    # time and waited for the caller: a reactor busy running fibers, or a process waiting for a
+    # core. Outside a Weft reactor (threads, a blocking fiber, another fiber scheduler) nothing
+    # tells: the call is judged by the clock alone, as a breaker always did.
+    def late_by_dependency?(moment, started, waiting)
+      scheduler = Weft.scheduler
+      return true if scheduler.nil? || Fiber.current.blocking?
+      return scheduler.watched?(moment) if waiting
+      floor = scheduler.readiness_floor(started)
+      !floor.nil? && floor >= moment
     end
 
     def counts?(error)
-      if error.is_a?(Cancelled)
-        # Cancelled after the deadline in force had passed, the call was late: whoever noticed
-        # the deadline first (the call's own timer, or a scatter around it cancelling its late
-        # items) is a matter of timer order. It is judged as the expiry it stands for.
-        return false unless Deadline.current&.expired?
-        error = LATE
-      end
       return @failure.call(error) ? true : false unless @failure.is_a?(Array)
       @failure.any? { |kind| error.is_a?(kind) }
     end

@@ -157,6 +157,8 @@ module Weft
         successes: ["counter", "weft_circuit_breaker_successes_total", "Calls that succeeded"],
         failures: ["counter", "weft_circuit_breaker_failures_total", "Calls that failed with an exception that counts"],
         slow: ["counter", "weft_circuit_breaker_slow_calls_total", "Calls slower than the breaker's slow_call"],
+        starved: ["counter", "weft_circuit_breaker_starved_total",
+                  "Calls late by the caller's doing (its reactor busy), not judged"],
         rejected: ["counter", "weft_circuit_breaker_rejected_total", "Calls refused without running"],
         opened: ["counter", "weft_circuit_breaker_opened_total", "Times the breaker opened"],
         admitted_fraction: ["gauge", "weft_circuit_breaker_admitted_fraction", "Share of calls the breaker admits now"]

@@ -109,14 +109,18 @@ module Ringpool
       tickets.transform_values { |ticket| answers(ticket) }
     end
 
-    # @return [Hash{String => Hash}] per peer URL: connections opened, requests sent, and the
-    #   state of its breaker (closed, open, ramping) with the share of calls it admits now
+    # @return [Hash{String => Hash}] per peer URL: connections opened, requests sent, the state
+    #   of its breaker (closed, open, ramping) with the share of calls it admits now, and how
+    #   many calls the breaker left unjudged because this shard, not the peer, was late
+    #   (Weft::CircuitBreaker's `starved`: its reactor busy when the deadline passed)
     def statistics
       @clients.to_h do |url, client|
         counts = client.statistics.values.first || {}
-        breaker = @breakers[url]
+        breaker = @breakers[url]&.statistics
         [url, { "connections_opened" => counts.fetch(:created, 0), "requests" => counts.fetch(:checkouts, 0),
-                "breaker" => (breaker ? breaker.state : :closed).to_s, "admitted_fraction" => breaker ? breaker.admitted_fraction.round(3) : 1.0 }]
+                "breaker" => (breaker ? breaker[:state] : :closed).to_s,
+                "admitted_fraction" => breaker ? breaker[:admitted_fraction].round(3) : 1.0,
+                "starved" => breaker ? breaker[:starved] : 0 }]
       end
     end
 

@@ -213,7 +213,7 @@ module Ringpool
 
     def shard_status(health)
       peers = health.fetch("peers", {}).map do |url, peer|
-        { "url" => url, "breaker" => peer["breaker"], "admitted_fraction" => peer["admitted_fraction"], "requests" => peer["requests"] }
+        { "url" => url }.merge(peer.slice("breaker", "admitted_fraction", "requests", "starved"))
       end
       health.slice("shard", "pid", "owned_pools", "known_pools", "ownership").merge("status" => "ok", "peers" => peers)
     end
