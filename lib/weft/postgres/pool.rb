@@ -10,6 +10,7 @@ require_relative "background"
 require_relative "lease"
 require_relative "slow_statements"
 require_relative "server_time"
+require_relative "trace"
 require_relative "../timers"
 require_relative "../promise"
 require_relative "../deadline"
@@ -156,6 +157,7 @@ module Weft
       def query(sql, *params)
         raise ArgumentError, "Pool#query cannot open a transaction; use Pool#transaction" if sql.match?(TRANSACTION_START)
         Deadline.current&.check!
+        Trace.event(:query, nil, Trace.tag(sql)) if Trace::ON
         if (connection = pinned)
           return run_pinned(connection, sql, params)
         end
@@ -251,11 +253,15 @@ module Weft
       # @raise [PoolTimeout, Weft::DeadlineExceeded] when no connection frees up in time
       def lease
         Deadline.current&.check!
-        interruptible(AT_WAITS) { Lease.new(self, checkout_pinned) }
+        Trace.event(:lease_ask) if Trace::ON
+        connection = interruptible(AT_WAITS) { checkout_pinned }
+        Trace.event(:lease_got, connection) if Trace::ON
+        Lease.new(self, connection)
       end
 
       # @api private: Lease#release gives its connection back here.
       def return_lease(connection, reset_session)
+        Trace.event(:lease_release, connection) if Trace::ON
         interruptible(NOWHERE) do
           if reset_session
             reusable = false
@@ -468,6 +474,7 @@ module Weft
           unless waiter
             waiter = SlotWaiter.new(Thread::ConditionVariable.new, false)
             @slot_queue << waiter
+            Trace.event(:slot_wait) if Trace::ON
           end
           waiter.woken = false
           waiter.condition.wait(@lock, deadline&.remaining)
@@ -557,11 +564,14 @@ module Weft
         ensure
           pass_slot_on # now that this statement took its place
         end
+        Trace.event(:submit, pipeline.connection, "#{request.object_id}#{'/slow' if request.slow}") if Trace::ON
         @queries += 1
         @pipelined_queries += 1
         depth = pipeline.depth
         @max_depth = depth if depth > @max_depth
-        pipeline.await(request)
+        result = pipeline.await(request)
+        Trace.event(:done, pipeline.connection) if Trace::ON
+        result
       end
 
       # A statement on a free connection of its own. The pool learns from its time on the
@@ -569,11 +579,13 @@ module Weft
       # got round to reading it.
       def run_alone(connection, sql, params)
         clean = false
+        Trace.event(:alone, connection) if Trace::ON
         started = Timers.now
         result = interruptible(ANYWHERE) { connection.raw.exec_params(sql, params) }
         clean = true
         took = (ServerTime.ready_after(started) || started) - started
         @lock.synchronize { @slow_statements.observe(sql, took) }
+        Trace.event(:done, connection) if Trace::ON
         result
       ensure
         interruptible(NOWHERE) { checkin_pinned(connection, clean) }
@@ -684,6 +696,7 @@ module Weft
         deadline = checkout_deadline
         ticket = Ticket.new(Thread::ConditionVariable.new, nil)
         @pin_queue << ticket
+        Trace.event(:lease_queued) if Trace::ON
         taken = false
         begin
           until ticket.connection
@@ -721,6 +734,7 @@ module Weft
           now = Timers.now
           draining = pipelines.min_by { |pipeline| [pipeline.stalled?(now, STALL_AFTER) ? 1 : 0, pipeline.depth] }
           draining&.draining = true
+          Trace.event(:drain, draining.connection) if Trace::ON && draining
         end
         draining unless draining.nil? || draining.reading?
       end

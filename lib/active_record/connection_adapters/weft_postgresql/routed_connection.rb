@@ -179,9 +179,20 @@ module ActiveRecord
           held_before = !@lease.nil?
           @lease ||= @database.pool.lease
           @session_state ||= StatementScope.session_state?(sql)
-          yield @lease.raw
+          traced(sql) { yield @lease.raw }
         ensure
           release_unless_needed(held_before) if @lease
+        end
+
+        # Marks a statement on the held connection on Weft::Postgres::Trace's timeline.
+        def traced(sql)
+          return yield unless Weft::Postgres::Trace::ON
+          Weft::Postgres::Trace.event(:lease_exec, nil, Weft::Postgres::Trace.tag(sql))
+          begin
+            yield
+          ensure
+            Weft::Postgres::Trace.event(:lease_exec_done)
+          end
         end
 
         def release_unless_needed(held_before)
