@@ -84,18 +84,17 @@ class PostgresRoutingTest < Minitest::Test
     assert_equal 0, db.statistics[:waiting]
   end
 
-  # Callers waiting for a slot are served first come, first served. The first in line has its
-  # statement placed by the end of the statement ahead of it, and is cancelled in the same
-  # reactor turn, before it runs: it must give its statement up (the slot comes free again when
-  # that ends) and the others must still be served, or they wait for ever (nothing else would
-  # settle on the pool to serve them).
+  # Callers waiting for a slot are served first come, first served, woken one after another.
+  # The first in line is woken by the end of the statement ahead of it, and cancelled in the
+  # same reactor turn, before it can look: it must hand the wake-up on, or the others wait for
+  # ever (nothing else would settle on the pool to wake them).
   def test_a_waiter_cancelled_after_its_wake_up_passes_it_on
     db = pool(limit: 1, pipeline_depth: 1, acquire_timeout: nil)
     reactor do
       waiters = []
       holder = Weft.spawn do
         db.query("select pg_sleep(0.2)")
-        waiters.first.cancel # its statement was just placed (the statement's end places it); it has not run
+        waiters.first.cancel # it was just woken (the statement's end wakes it) and has not run
       end
       sleep 0.05 # the holder runs its statement alone on the only connection
       served = []
@@ -116,8 +115,8 @@ class PostgresRoutingTest < Minitest::Test
   end
 
   # Many callers queue for one slot, a third of them leaving on timeouts that fall anywhere in
-  # the line (before their statement is placed, as it is placed, after); the ones without a
-  # timeout have nothing but the placing of each statement as the one before ends to serve them. Every caller either gets its result or
+  # the chain of wake-ups (before their turn, as their turn comes, after it); the ones without
+  # a timeout have nothing but the chain to wake them. Every caller either gets its result or
   # its own timeout, those served keep their order of arrival, and nobody is left waiting.
   def test_chained_wake_ups_survive_waiters_timing_out_anywhere
     db = pool(limit: 1, pipeline_depth: 1, acquire_timeout: nil)

@@ -214,18 +214,6 @@ module Weft
         wait_for(Thread::ConditionVariable.new, deadline) { idle? }
       end
 
-      # Gives up a submitted request whose caller was interrupted before or while it waited
-      # (#await calls it; so does the pool for a caller it submitted for, see Pool#place): the
-      # statement stays in flight until its segment's sync point comes back, its result is
-      # thrown away, and the server is asked to cancel it once it runs.
-      # @param request [Request] submitted here and not settled
-      # @return [void]
-      def abandon(request)
-        request.abandon
-        @abandoned += 1
-        cancel_abandoned_head
-      end
-
       private
 
       def idle?
@@ -562,6 +550,14 @@ module Weft
       def lost_message(error)
         "connection to PostgreSQL at #{@address} lost with statements in flight: " \
           "#{error.message.strip} (#{error.class})"
+      end
+
+      # Called as an interrupted waiter leaves; the statement stays in flight until its
+      # segment's sync point comes back.
+      def abandon(request)
+        request.abandon
+        @abandoned += 1
+        cancel_abandoned_head
       end
 
       # If a statement of the segment the server runs now (the first whose results are not in)

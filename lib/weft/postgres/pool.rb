@@ -384,16 +384,16 @@ module Weft
 
       # @api private: a segment's statements finished, in `seconds` of the server's time (as far
       # as the pipeline can tell it from this process's own delay): the pool learns which
-      # statements run long (SlowStatements), and callers waiting for a slot are placed, as
-      # slots are free on this pipeline and it may no longer carry a slow statement.
+      # statements run long (SlowStatements), and the first waiter for a slot looks
+      # again, as slots are free on this pipeline and it may no longer carry a slow statement.
       def segment_settled(_pipeline, requests, seconds)
         @slow_statements.observe_segment(requests, seconds)
-        serve_slot_waiters
+        wake_slot_waiter
       end
 
       # @api private: the pipeline takes statements again after a cancel request.
       def pipeline_reopened(_pipeline)
-        serve_slot_waiters
+        wake_slot_waiter
       end
 
       # @api private: nothing is in flight any more; the connection becomes free.
@@ -443,8 +443,6 @@ module Weft
         @pin_key = :"weft_postgres_pin_#{object_id}"
         @lock = Thread::Mutex.new
         @slot_queue = [] # SlotWaiters of #query callers waiting for a slot, first come first served
-        @serving = false     # #serve_slot_waiters is under way
-        @serve_again = false # and is to go round again
         @pin_queue = []  # Tickets of callers waiting to pin, first come first served
         @connections = []
         @idle = []      # free, most recently used last
@@ -491,67 +489,50 @@ module Weft
 
       # --- Shared use ---------------------------------------------------------------------------
 
-      # A caller of #query waiting in line for a pipeline slot for its request. Whoever frees
-      # room places the request for it (#serve_slot_waiters) and sets `pipeline` (or `error`,
-      # when libpq refused it); `woken` asks the caller to open a connection itself, as there is
-      # room for one (opening waits for the server, which the one freeing room cannot do).
-      # `fiber` is the caller's, for Trace.
-      SlotWaiter = Struct.new(:condition, :request, :fiber, :pipeline, :error, :woken)
+      # A caller of #query waiting for a pipeline slot; `woken` while a wake-up is on its way
+      # to it (see #wake_slot_waiter).
+      SlotWaiter = Struct.new(:condition, :woken)
       private_constant :SlotWaiter
 
-      # Submits the request to a pipeline with a free slot (#free_pipeline) and returns that
-      # pipeline. When none has one, the caller waits in line, and whoever frees room places it
-      # there and then, first come, first served (#serve_slot_waiters). Waiters used to be
-      # woken to place themselves, one per reactor turn (each woken one woke the next): a
-      # connection that came free after a pg_sleep took one statement per turn while a line
-      # lasted, and stood empty for a turn before the first. Past acquire_timeout a waiter
-      # queues behind a slow statement if a connection carrying one has room
-      # (#past_acquire_timeout).
-      def place(request)
-        if (pipeline = free_pipeline)
-          return submitted(pipeline, request)
-        end
+      # A pipeline with a free slot (#free_pipeline). When none has one, the caller waits in
+      # line: waiters are served first come, first served, as only the first in line looks
+      # when woken. A caller that arrives takes a slot that is free then without queueing:
+      # waiters are woken one reactor turn after another, and making every newcomer queue
+      # behind them held the pool to one statement per turn while a line lasted. Past
+      # acquire_timeout a waiter queues behind a slow statement if a connection carrying one
+      # has room (#past_acquire_timeout).
+      def shared_pipeline
+        waiter = nil
+        deadline = nil
+        served = false
+        loop do
+          if waiter.nil? || @slot_queue.first.equal?(waiter)
+            pipeline = free_pipeline
+            return pipeline if (served = !pipeline.nil?)
+          end
 
-        waiter = SlotWaiter.new(Thread::ConditionVariable.new, request, Fiber.current, nil, nil, false)
-        @slot_queue << waiter
-        Trace.event(:slot_wait) if Trace::ON
-        deadline = checkout_deadline
-        until waiter.pipeline
-          if waiter.woken
-            waiter.woken = false
-            if room?
-              @slot_queue.delete(waiter)
-              return submitted(share(open_connection), request)
-            end
-          end
+          deadline ||= checkout_deadline
           if deadline&.expired?
-            @slot_queue.delete(waiter)
-            return submitted(past_acquire_timeout(deadline), request)
+            pipeline = past_acquire_timeout(deadline)
+            served = true
+            return pipeline
           end
+          unless waiter
+            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false)
+            @slot_queue << waiter
+            Trace.event(:slot_wait) if Trace::ON
+          end
+          waiter.woken = false
           waiter.condition.wait(@lock, deadline&.remaining)
         end
-        raise waiter.error if waiter.error
-
-        waiter.pipeline
-      rescue Exception # rubocop:disable Lint/RescueException
-        # Placed, then interrupted before it could wait for the result: the statement is in
-        # flight, and is given up as Pipeline#await gives up an interrupted one.
-        waiter.pipeline.abandon(request) if waiter&.pipeline && !waiter.error && !request.settled?
-        raise
       ensure
-        # A waiter that leaves the line unserved (cancelled, its deadline passed, a failed
-        # connect) passes on the room it may have been woken for.
-        serve_slot_waiters if waiter && @slot_queue.delete(waiter)
-      end
-
-      # Submits the request and returns the pipeline. Waiters behind it may fit too (a
-      # connection just opened has room for many).
-      def submitted(pipeline, request)
-        pipeline.submit(request)
-        Trace.event(:submit, pipeline.connection, "#{request.object_id}#{'/slow' if request.slow}") if Trace::ON
-        pipeline
-      ensure
-        serve_slot_waiters unless @slot_queue.empty?
+        if waiter
+          @slot_queue.delete(waiter)
+          # A waiter that leaves without taking a slot (timed out, cancelled, its deadline
+          # passed) hands on the wake-up it may have had; one served does so once it has taken
+          # its place (#pipelined).
+          pass_slot_on unless served
+        end
       end
 
       # A free connection (it becomes shared), a new one while below the limit, else the least
@@ -566,59 +547,25 @@ module Weft
         least_loaded
       end
 
-      # Places the requests of callers waiting in line, first come, first served, each on
-      # what #free_pipeline would choose for it then, until none has room, and wakes them:
-      # called wherever room may have come free, by whoever freed it (a reader settling a
-      # segment, a connection given back). While below the limit with no free connection, the
-      # first in line is woken to open one instead, as #free_pipeline would.
-      #
-      # Placing can call it again from inside (taking a free connection may close a dead one,
-      # a submit may find its connection lost, and either frees room): the inner call only
-      # makes the outer one go round again, so that no waiter is placed twice.
-      def serve_slot_waiters
-        if @serving
-          @serve_again = true
-          return
-        end
-        @serving = true
-        begin
-          loop do
-            @serve_again = false
-            place_waiters
-            break unless @serve_again
-          end
-        ensure
-          @serving = false
-        end
+      # Whether #free_pipeline would find something now (without taking it).
+      def slot_free?
+        !@idle.empty? || room? || !least_loaded.nil?
       end
 
-      # The loop of #serve_slot_waiters.
-      def place_waiters
-        while (waiter = @slot_queue.first)
-          connection = take_idle
-          if connection.nil? && room?
-            unless waiter.woken
-              waiter.woken = true
-              waiter.condition.signal
-            end
-            return
-          end
-          pipeline = connection ? share(connection) : least_loaded
-          return unless pipeline
+      # Wakes the first caller waiting for a slot, unless a wake-up is already on its way to
+      # it: woken one at a time, it takes its place before the next looks (woken together, they
+      # piled onto the one connection that freed up). Called wherever room may have come free.
+      def wake_slot_waiter
+        first = @slot_queue.first
+        return if first.nil? || first.woken
 
-          @slot_queue.shift
-          waiter.pipeline = pipeline
-          begin
-            pipeline.submit(waiter.request)
-          rescue PG::Error => e # ConnectionError included
-            waiter.error = e
-          end
-          if Trace::ON
-            Trace.event(:submit, pipeline.connection, "#{waiter.request.object_id}#{'/slow' if waiter.request.slow}",
-                        waiter.fiber)
-          end
-          waiter.condition.signal
-        end
+        first.woken = true
+        first.condition.signal
+      end
+
+      # Wakes the next waiter if room remains: the chain that serves waiters one after another.
+      def pass_slot_on
+        wake_slot_waiter if !@slot_queue.empty? && slot_free?
       end
 
       # The caller waited acquire_timeout for a connection with room and without a statement
@@ -657,7 +604,13 @@ module Weft
           request.slow = true
           request.alone = true
         end
-        pipeline = place(request)
+        pipeline = shared_pipeline
+        begin
+          pipeline.submit(request)
+        ensure
+          pass_slot_on # now that this statement took its place
+        end
+        Trace.event(:submit, pipeline.connection, "#{request.object_id}#{'/slow' if request.slow}") if Trace::ON
         @queries += 1
         @pipelined_queries += 1
         depth = pipeline.depth
@@ -980,7 +933,7 @@ module Weft
         @lock.synchronize do
           next if generation != @generation
           @connecting -= 1
-          serve_slot_waiters
+          wake_slot_waiter
           wake_pin_waiter
           attempt.promise.reject(e) unless attempt.abandoned
         end
@@ -1014,7 +967,7 @@ module Weft
           ticket.condition.signal
         else
           @idle << connection
-          serve_slot_waiters
+          wake_slot_waiter
         end
       end
 
@@ -1029,7 +982,7 @@ module Weft
         @discarded += 1
         connection.close
         wake_pin_waiter # room for a new connection (or the one draining is gone)
-        serve_slot_waiters
+        wake_slot_waiter
       end
 
       def expired?(connection)
