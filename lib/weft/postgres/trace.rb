@@ -28,11 +28,9 @@ module Weft
       # @param name [Symbol]
       # @param connection [Object, nil] the connection (or pipeline) concerned, by identity
       # @param detail [Object, nil] one word or number
-      # @param fiber [Fiber] whose timeline it belongs to (one placing a request for another
-      #   records it on the other's)
       # @return [void]
-      def self.event(name, connection = nil, detail = nil, fiber = Fiber.current)
-        @events << [Timers.now, fiber.object_id, name, connection&.object_id, detail]
+      def self.event(name, connection = nil, detail = nil)
+        @events << [Timers.now, Fiber.current.object_id, name, connection&.object_id, detail]
         nil
       end
 
