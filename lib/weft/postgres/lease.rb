@@ -10,7 +10,7 @@ module Weft
     #
     #   lease = pool.lease
     #   begin
-    #     lease.raw.exec("BEGIN") ...
+    #     lease.async_exec("BEGIN") ...
     #   ensure
     #     lease.release
     #   end
@@ -32,6 +32,34 @@ module Weft
       def raw
         raise PoolClosed, "the lease was released; its connection is back in the pool" if @released
         @connection.raw
+      end
+
+      # Runs a statement with parameters, as PG::Connection#exec_params does, answering sooner
+      # while connections are short (see Pool#await_answer).
+      # @param sql [String] one statement
+      # @param params [Array]
+      # @return [PG::Result]
+      # @raise [PG::Error] the statement's
+      def exec_params(sql, params)
+        raw = self.raw
+        raw.discard_results
+        raw.send_query_params(sql, params)
+        @pool.await_answer(raw)
+        raw.get_last_result
+      end
+
+      # Runs SQL in the simple protocol (possibly several statements), as
+      # PG::Connection#async_exec does, answering sooner while connections are short (see
+      # Pool#await_answer).
+      # @param sql [String]
+      # @return [PG::Result] the last statement's result
+      # @raise [PG::Error] the first failing statement's
+      def async_exec(sql)
+        raw = self.raw
+        raw.discard_results
+        raw.send_query(sql)
+        @pool.await_answer(raw)
+        raw.get_last_result
       end
 
       # Gives the connection back. One left mid-statement or mid-transaction is made usable first

@@ -7,6 +7,7 @@ require_relative "errors"
 require_relative "request"
 require_relative "background"
 require_relative "server_time"
+require_relative "trace"
 require_relative "../timers"
 require_relative "../deadline"
 
@@ -241,6 +242,7 @@ module Weft
       # from then, that wait would pass for the server's time (see SlowStatements).
       def mark_written
         now = Timers.now
+        Trace.event(:written, @connection, @unwritten) if Trace::ON
         queue = @queue
         index = queue.size - @unwritten
         index = 0 if index.negative? # some were read already (libpq writes when its buffer fills)
@@ -399,6 +401,7 @@ module Weft
         took = segment.empty? ? 0.0 : @arrived_after - segment_start(segment.first)
         @progress_at = @read_at
         segment.each { |request| @slow_in_flight -= 1 if request.slow } if @slow_in_flight > 0
+        segment.each { |request| Trace.event(:answered, @connection, request.object_id) } if Trace::ON
         clean = @clean
         @clean = true
         clean ? settle_committed(segment) : settle_failed(segment)

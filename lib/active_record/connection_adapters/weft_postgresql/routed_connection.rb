@@ -47,7 +47,7 @@ module ActiveRecord
         def exec_params(sql, params = [])
           params = encode(params)
           if @lease || StatementScope.transaction_start?(sql) || StatementScope.session_state?(sql)
-            typed(on_lease(sql) { |raw| raw.exec_params(sql, params) })
+            typed(on_lease(sql) { |lease| lease.exec_params(sql, params) })
           else
             typed(@database.pool.query(sql, *params))
           end
@@ -61,7 +61,7 @@ module ActiveRecord
         # @return [PG::Result] the last statement's result
         def async_exec(sql)
           if @lease || !StatementScope.single_data_statement?(sql) || StatementScope.session_state?(sql)
-            typed(on_lease(sql) { |raw| raw.async_exec(sql) })
+            typed(on_lease(sql) { |lease| lease.async_exec(sql) })
           else
             typed(@database.pool.query(sql))
           end
@@ -169,19 +169,31 @@ module ActiveRecord
 
         private
 
-        # Runs the block on a held connection (leasing one if none is held) and afterwards gives
-        # it back unless it is still needed: a transaction is open, the session was changed, or
-        # a statement of an open transaction was interrupted (ActiveRecord cancels it as it
-        # rolls back). A statement interrupted outside a transaction lets the connection go; the
-        # pool cancels it in the background.
+        # Runs the block with the lease of a held connection (leasing one if none is held) and
+        # afterwards gives it back unless it is still needed: a transaction is open, the session
+        # was changed, or a statement of an open transaction was interrupted (ActiveRecord
+        # cancels it as it rolls back). A statement interrupted outside a transaction lets the
+        # connection go; the pool cancels it in the background. The lease's statements answer
+        # without a reactor turn while connections are short (Weft::Postgres::Lease#exec_params).
         def on_lease(sql)
           raise PG::ConnectionBad, "connection is closed" if @closed
           held_before = !@lease.nil?
           @lease ||= @database.pool.lease
           @session_state ||= StatementScope.session_state?(sql)
-          yield @lease.raw
+          traced(sql) { yield @lease }
         ensure
           release_unless_needed(held_before) if @lease
+        end
+
+        # Marks a statement on the held connection on Weft::Postgres::Trace's timeline.
+        def traced(sql)
+          return yield unless Weft::Postgres::Trace::ON
+          Weft::Postgres::Trace.event(:lease_exec, nil, Weft::Postgres::Trace.tag(sql))
+          begin
+            yield
+          ensure
+            Weft::Postgres::Trace.event(:lease_exec_done)
+          end
         end
 
         def release_unless_needed(held_before)
