@@ -38,11 +38,12 @@ module Weft
     # lazily. A keep-alive connection waits for its next request with a timeout (linger, idle
     # timeout) and nearly always gets it in time; arming a timer for each such wait and
     # cancelling it when the socket turns readable cost a hello-world request 5 of its 16 Ruby
-    # calls, 18 C calls and an object. Here a wait only records its deadline. The timer is armed by the first wait, and
-    # is left alone by a wait that ends no sooner than it fires; when it fires and the fiber is
-    # in a wait whose deadline is still ahead, it is re-armed for the rest, and when no wait is
-    # on, it lapses. So it fires exactly at the current wait's deadline, as a timer per wait
-    # did, and is armed at most once per timeout period per fiber, whatever the request rate.
+    # calls, 18 C calls and an object. Here a wait only records its deadline. The timer is
+    # armed by the first wait, and is left alone by a wait that ends no sooner than it fires;
+    # when it fires and the fiber is in a wait whose deadline is still ahead, it is re-armed
+    # for the rest, and when no wait is on, it lapses. So it fires exactly at the current
+    # wait's deadline, as a timer per wait did, and is armed at most once per timeout period
+    # per fiber, whatever the request rate.
     #
     # Unlike a lazily cancelled heap entry (io-event's), nothing piles up: each fiber has at
     # most one timer, and a lapsed one leaves the heap. The price is that a timer outlives its
@@ -157,7 +158,7 @@ module Weft
       @lag = 0.0
       @turn_started = nil
       # When the current poll (#select) began, and when the latest poll that has returned and
-      # the one before it looked for ready I/O: see #watched_until and #readiness_floor.
+      # the one before it looked for ready I/O: see #watched? and #readiness_floor.
       @poll_started = nil
       @watched = nil
       @earlier_watched = nil
@@ -557,7 +558,7 @@ module Weft
     # runs within the poll that found its I/O ready. If that poll blocked, nothing was ready
     # when it began, and it returned as soon as something was: the I/O became ready when the
     # wait ended (the selector's idle_duration from the poll's start). If it did not block, the
-    # I/O was not ready when the poll before it looked (#watched_until), if the fiber was
+    # I/O was not ready when the poll before it looked (see #watched?), if the fiber was
     # already waiting then (that is, if that look came after `since`), so it became ready
     # after that look. Otherwise the reactor cannot tell.
     #
@@ -573,25 +574,19 @@ module Weft
       floor if floor && floor > since
     end
 
-    # The latest moment at which this reactor is known to have looked for ready I/O (a lower
-    # bound): when the latest poll that has returned began, if it did not block, or when its
-    # wait ended (the selector's idle_duration from its start). A fiber that was waiting for
-    # its I/O then and was not woken had nothing ready at that moment. Asked from a fiber that
-    # a poll still under way runs, it is the poll before that one.
-    # @return [Float, nil] monotonic time; nil before the first poll has returned
-    def watched_until
-      @watched
-    end
-
     # Whether the reactor looked for ready I/O at `moment` or later (within WATCH_SLACK): for a
     # fiber whose wait ran out of time at `moment` and that is still waiting, or was until that
     # look, whether the awaited I/O is known to have been late. When the reactor last looked
     # well before the moment and has been running fibers since (or this process waited for a
     # CPU while it ran them), the I/O may have come in time and lain unread: no evidence either
     # way. Code that judges a dependency by its timeouts (Weft::CircuitBreaker) uses it.
+    #
+    # The last look (a lower bound) is when the latest poll that has returned began, if it did
+    # not block, or when its wait ended (the selector's idle_duration from its start); asked
+    # from a fiber that a poll still under way runs, it is the poll before that one.
     # @param moment [Float] monotonic time
     def watched?(moment)
-      watched = watched_until
+      watched = @watched
       !watched.nil? && watched >= moment - WATCH_SLACK
     end
 

@@ -41,11 +41,7 @@ module Weft
       # @return [PG::Result]
       # @raise [PG::Error] the statement's
       def exec_params(sql, params)
-        raw = self.raw
-        raw.discard_results
-        raw.send_query_params(sql, params)
-        @pool.await_answer(raw)
-        raw.get_last_result
+        answer { |raw| raw.send_query_params(sql, params) }
       end
 
       # Runs SQL in the simple protocol (possibly several statements), as
@@ -55,11 +51,7 @@ module Weft
       # @return [PG::Result] the last statement's result
       # @raise [PG::Error] the first failing statement's
       def async_exec(sql)
-        raw = self.raw
-        raw.discard_results
-        raw.send_query(sql)
-        @pool.await_answer(raw)
-        raw.get_last_result
+        answer { |raw| raw.send_query(sql) }
       end
 
       # Gives the connection back. One left mid-statement or mid-transaction is made usable first
@@ -80,6 +72,19 @@ module Weft
       # @return [Boolean]
       def released?
         @released
+      end
+
+      private
+
+      # Sends what the block sends on the raw connection (results of an earlier statement
+      # dropped first, as PG::Connection#exec does), waits for the answer (Pool#await_answer,
+      # then libpq's own wait) and returns its last result.
+      def answer
+        raw = self.raw
+        raw.discard_results
+        yield raw
+        @pool.await_answer(raw)
+        raw.get_last_result
       end
     end
   end

@@ -72,12 +72,14 @@ module Weft
       # server, a small fraction of a reactor turn under load.
       PROMPT_WAIT = 0.001
       # Waits for an IO to turn readable with the thread itself, the reactor not running
-      # meanwhile (a blocking fiber's waits do not go through the scheduler).
+      # meanwhile. From 3.2 a blocking fiber's waits do not go through the scheduler (IO.select
+      # would: the io_select hook); 3.1 has no io_select hook, so IO.select waits on the thread,
+      # and no fiber need be made for each wait.
       BLOCKING_WAIT =
         if Fiber.respond_to?(:blocking) # Ruby 3.2
           ->(io, seconds) { Fiber.blocking { io.wait_readable(seconds) } }
         else
-          ->(io, seconds) { Fiber.new(blocking: true) { io.wait_readable(seconds) }.resume }
+          ->(io, seconds) { IO.select([io], nil, nil, seconds) }
         end
 
       # Options of .new that were renamed: old name => new name (see Weft::RenamedOptions).
@@ -629,8 +631,9 @@ module Weft
         started = Timers.now
         result = interruptible(ANYWHERE) { connection.raw.exec_params(sql, params) }
         clean = true
-        took = (ServerTime.ready_after(started) || started) - started
-        @lock.synchronize { @slow_statements.observe(sql, took) }
+        # When the reactor cannot tell, the statement counts as short (the pool's bias).
+        ready = ServerTime.ready_after(started)
+        @lock.synchronize { @slow_statements.observe(sql, ready ? ready - started : 0.0) }
         Trace.event(:done, connection) if Trace::ON
         result
       ensure
