@@ -95,19 +95,19 @@ class RingpoolFanOutTest < Minitest::Test
     end
   end
 
-  # A worker replaced after a crash answers at the dead one's URL with a new lock session: the
+  # A worker replaced after a crash answers at the dead one's URL as another process: the
   # breaker opened on the dead process is forgotten, and the new one is called at once.
   def test_a_peer_answered_by_another_process_starts_with_a_fresh_breaker
     with_peers do |urls|
       url = urls["gone"]
       fan_out = Ringpool::FanOut.new(breaker: { window_calls: 2, minimum_calls: 2, open_for: 60 })
       ask = -> { Weft.run { Weft.deadline(0.5) { fan_out.call({ url => items(1) }) } }.fetch(url).first }
-      fan_out.shards_seen(url => 101)
+      fan_out.shards_seen(url => "host/101/a")
       2.times { ask.call }
       assert_equal :open, fan_out.breaker(url).state
-      fan_out.shards_seen(url => 101, urls["good"] => 7) # the same process: nothing forgotten
+      fan_out.shards_seen(url => "host/101/a", urls["good"] => "host/7/b") # the same process: nothing forgotten
       assert_equal :open, fan_out.breaker(url).state
-      fan_out.shards_seen(url => 202)
+      fan_out.shards_seen(url => "host/202/c")
       assert_equal :closed, fan_out.breaker(url).state
     ensure
       fan_out&.close

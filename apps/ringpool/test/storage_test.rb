@@ -18,6 +18,7 @@ class RingpoolStorageTest < Minitest::Test
       before = allocate(port, items)
       assert(before.none? { |a| a["overflow"] })
       before_takeovers = api(port, :get, "/health").last["takeovers"]
+      shards = sql(db, "select url, pid, process from ringpool_shards").to_a
 
       cluster.stop(mode: :fast)
       5.times do
@@ -39,6 +40,12 @@ class RingpoolStorageTest < Minitest::Test
       # Taken back with the state it had, not reloaded from the table (Allocator#readopt).
       takeovers = api(port, :get, "/health").last["takeovers"]
       assert_equal({ "retained" => 1, "loaded" => 1 }, takeovers, "before the restart: #{before_takeovers}")
+      # A new lock session, the same process: its peers keep their breakers and connections
+      # to it (FanOut#shards_seen).
+      again = sql(db, "select url, pid, process from ringpool_shards").to_a
+      assert_equal shards.map { |row| row.values_at("url", "process") }, again.map { |row| row.values_at("url", "process") }
+      refute_equal shards.map { |row| row["pid"] }, again.map { |row| row["pid"] }
+      refute_empty shards.first["process"]
     end
   ensure
     cluster&.destroy

@@ -65,21 +65,22 @@ module Ringpool
       @client_options = { connect_timeout: 1, read_timeout: 5, idle_timeout: 30 }.merge(client_options)
       @clients = {}
       @breakers = {}
-      @sessions = {}
+      @processes = {}
       @queues = {}
     end
 
     # Starts afresh with a peer whose URL another process now answers (a worker replaced after
     # a crash): the breaker opened on the dead process says nothing about the new one, and
     # holding its pools' items to overflow numbers for the breaker's open and ramp time would
-    # undo the takeover.
-    # @param sessions [Hash{String => Integer}] shard URL => its lock session's backend pid
+    # undo the takeover. The same process keeps its breaker and client, calls in flight included.
+    # @param processes [Hash{String => String}] shard URL => the process answering there
+    #   (Ownership#process)
     # @return [void]
-    def shards_seen(sessions)
-      sessions.each do |url, session|
-        previous = @sessions[url]
-        @sessions[url] = session
-        next if previous.nil? || previous == session
+    def shards_seen(processes)
+      processes.each do |url, process|
+        previous = @processes[url]
+        @processes[url] = process
+        next if previous.nil? || previous == process
         @breakers.delete(url)
         @clients.delete(url)&.close
       end
@@ -126,7 +127,7 @@ module Ringpool
 
     # @return [Array<String>] the URL of every shard seen at the last ownership tick
     def peer_urls
-      @sessions.keys
+      @processes.keys
     end
 
     # Asks each peer for its report (PeerAPI's GET /shard/report), all at once, for at most

@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "pg"
+require "securerandom"
+require "socket"
 
 module Ringpool
   # Which shard owns which pool, decided by PostgreSQL: a shard owns a pool while it holds the
@@ -9,9 +11,9 @@ module Ringpool
   # shard that dies (kill -9, crash, lost network) loses its pools at once, and another shard
   # takes them over on its next #tick, rebuilding their state from the table.
   #
-  # Every shard also has a row in ringpool_shards: its URL and the backend pid of its lock
-  # session. pg_locks joined with that table is the routing table (pool => owner's URL) that
-  # every shard reads each tick.
+  # Every shard also has a row in ringpool_shards: its URL, the backend pid of its lock session
+  # and its process. pg_locks joined with that table is the routing table (pool => owner's URL)
+  # that every shard reads each tick.
   #
   # Each tick (every `interval` seconds) a shard:
   # 1. heartbeats its row, which also proves its lock session alive;
@@ -52,8 +54,8 @@ module Ringpool
     SQL
     ROUTES_OF = "#{ROUTES} and l.objid = any($2::integer[]::oid[])"
 
-    # Which lock session answers for each shard URL now: a new one means another process.
-    SHARD_SESSIONS = "select url, pid from ringpool_shards"
+    # Which process answers at each shard URL now.
+    SHARD_PROCESSES = "select url, process from ringpool_shards"
 
     LIVE_SHARDS = <<~SQL
       select count(*) from ringpool_shards s
@@ -72,8 +74,8 @@ module Ringpool
     # @param catalog [Catalog]
     # @param allocator [Allocator] where owned pools' states live
     # @param interval [Numeric] seconds between ticks
-    # @param on_shards [#call, nil] given, every tick, each shard URL's lock session (backend
-    #   pid), which changes when another process takes the URL over (a replaced worker)
+    # @param on_shards [#call, nil] given, every tick, each shard URL's process (see #process),
+    #   which changes when another process takes the URL over (a replaced worker) and only then
     def initialize(url:, database_url:, store:, catalog:, allocator:, interval: 1.0, on_shards: nil)
       raise ArgumentError, "interval must be a positive number of seconds" unless interval.is_a?(Numeric) && interval.positive?
       @url = url
@@ -89,7 +91,13 @@ module Ringpool
       @unowned = {}
       @on_shards = on_shards
       @takeovers = { retained: 0, loaded: 0 }
+      # Host and pid name the process; the token tells it from a later one that reuses the pid.
+      @process = "#{Socket.gethostname}/#{Process.pid}/#{SecureRandom.hex(6)}"
     end
+
+    # @return [String] this shard's process, as its peers see it: unlike the lock session, it
+    #   stays the same when PostgreSQL restarts
+    attr_reader :process
 
     # @return [Hash{Symbol => Integer}] pools taken over so far: `retained` with the state this
     #   shard kept when it lost them, `loaded` from the table
@@ -142,7 +150,7 @@ module Ringpool
     def tick
       session do |conn|
         heartbeat(conn)
-        @on_shards&.call(conn.exec(SHARD_SESSIONS).to_h { |row| [row["url"], Integer(row["pid"])] })
+        @on_shards&.call(conn.exec(SHARD_PROCESSES).to_h { |row| [row["url"], row["process"]] })
         @catalog.refresh
         routes = read_routes(conn)
         @allocator.forget { |id| (owner = routes[id]) && owner != @url }
@@ -210,9 +218,9 @@ module Ringpool
 
     def register(conn)
       conn.exec("set application_name to 'ringpool lock session'")
-      conn.exec_params(<<~SQL, [@url])
-        insert into ringpool_shards (url, pid, heartbeat_at) values ($1, pg_backend_pid(), now())
-        on conflict (url) do update set pid = excluded.pid, heartbeat_at = excluded.heartbeat_at
+      conn.exec_params(<<~SQL, [@url, @process])
+        insert into ringpool_shards (url, pid, process, heartbeat_at) values ($1, pg_backend_pid(), $2, now())
+        on conflict (url) do update set pid = excluded.pid, process = excluded.process, heartbeat_at = excluded.heartbeat_at
       SQL
       # A pid is reused by later backends: no other row may claim this session.
       conn.exec_params("delete from ringpool_shards where pid = pg_backend_pid() and url <> $1", [@url])

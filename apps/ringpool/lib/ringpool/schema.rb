@@ -14,8 +14,9 @@ module Ringpool
   #                     existing one, whatever the shards believe. Migration 1 made the first
   #                     tables; 2 made the allocations cheaper to store (see there).
   #   overflow_counts   overflow numbers handed out, per pool and reason
-  #   ringpool_shards   live shards: the URL peers reach them at and the backend pid of the
-  #                     session holding their ownership locks (see Ownership)
+  #   ringpool_shards   live shards: the URL peers reach them at, the backend pid of the
+  #                     session holding their ownership locks (see Ownership) and, since
+  #                     migration 3, which process serves the URL
   module Schema
     # The advisory lock key (two int4s) that serializes migrations across processes.
     LOCK = [0x52494E47, 0].freeze
@@ -76,7 +77,7 @@ module Ringpool
       # unique (number, ring_pool_id) it needed.
       # On a big table this rebuilds the constraint's index with the table locked: minutes for
       # tens of millions of rows.
-      2 => <<~SQL
+      2 => <<~SQL,
         alter table allocations drop constraint allocations_one_holder_per_lockout;
         alter table allocations add constraint allocations_one_holder_per_lockout
           exclude using gist ((substr(number, 2)::bigint) with =, lockout with &&);
@@ -84,6 +85,14 @@ module Ringpool
         drop index allocations_ring_pool;
         alter table allocations drop column id;
         alter table numbers drop constraint numbers_number_ring_pool_id_key;
+      SQL
+      # Which process answers at a shard's URL (issue #10). Peers told a replaced worker from
+      # the old one by its lock session's backend pid, but a PostgreSQL restart gives every
+      # live shard a new session too: each peer then reset its breakers and closed its clients
+      # with calls in flight, right when the shards were taking their pools back. The process
+      # (host, pid and a random token, see Ownership) changes only with the process.
+      3 => <<~SQL
+        alter table ringpool_shards add column process text not null default '';
       SQL
     }.freeze
 
