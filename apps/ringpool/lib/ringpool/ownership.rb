@@ -18,9 +18,10 @@ module Ringpool
   # Each tick (every `interval` seconds) a shard:
   # 1. heartbeats its row, which also proves its lock session alive;
   # 2. reads the routing table and drops any pool it believes it owns but no longer holds;
-  # 3. counts the live shards (a running lock session and a recent heartbeat) and takes its
-  #    fair share, ceil(pools / live shards): it claims pools nobody holds while below it and
-  #    gives pools away while above it.
+  # 3. counts the live shards (a running lock session and a recent heartbeat; LIVE_SHARDS says
+  #    what counts just after PostgreSQL restarted) and takes its fair share,
+  #    ceil(pools / live shards): it claims pools nobody holds while below it and gives pools
+  #    away while above it.
   #
   # A shard that stops heartbeating (SIGSTOP) keeps its pools — its session still holds the
   # locks — but no longer counts as live, so the others take over the pools it cannot claim.
@@ -57,10 +58,22 @@ module Ringpool
     # Which process answers at each shard URL now.
     SHARD_PROCESSES = "select url, process from ringpool_shards"
 
+    # A shard is live with a recent heartbeat and its lock session running. Just after
+    # PostgreSQL started (for `$1` seconds) so is one whose last heartbeat was among the last
+    # before it stopped, however long it was down: it had no chance to reconnect yet. Without
+    # that grace the first shard back counted itself alone, took every pool, and loaded from
+    # the table the ones its peers were about to take back from their kept states; then gave
+    # them away again.
     LIVE_SHARDS = <<~SQL
-      select count(*) from ringpool_shards s
-       where s.heartbeat_at > now() - make_interval(secs => $1)
-         and exists (select 1 from pg_stat_activity a where a.pid = s.pid)
+      with restart as (
+        select pg_postmaster_start_time() as started,
+               (select max(heartbeat_at) from ringpool_shards where heartbeat_at < pg_postmaster_start_time()) as last_before
+      )
+      select count(*) from ringpool_shards s, restart r
+       where (s.heartbeat_at > now() - make_interval(secs => $1)
+              and exists (select 1 from pg_stat_activity a where a.pid = s.pid))
+          or (now() < r.started + make_interval(secs => $1)
+              and s.heartbeat_at < r.started and s.heartbeat_at > r.last_before - make_interval(secs => $1))
     SQL
 
     # @return [String] this shard's URL (what peers connect to)
