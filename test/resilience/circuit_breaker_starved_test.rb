@@ -114,9 +114,11 @@ class CircuitBreakerStarvedTest < Minitest::Test
     path = ms == :held ? "/held/round#{@rounds += 1}" : "/#{ms}"
     reader, writer = IO.pipe
     hogging = Weft.spawn { reader.wait_readable && busy(path, deadline) } if hog
+    @asked = []
     calls = Array.new(CALLS) do
       Weft.spawn do
         Weft.deadline(deadline) do
+          @asked << Weft::Timers.now # no later than the breaker's own start of the call
           breaker.call(fallback: ->(error) { error.class }) { client.get(path).body }
         end
       end
@@ -143,6 +145,7 @@ class CircuitBreakerStarvedTest < Minitest::Test
     hear("#{token} received", wait: true, within: 10) if token && deadline >= 1
     started = Weft::Timers.now
     if token
+      @gate_opened = Weft::Timers.now
       @gates.write("#{token}\n")
       hear("#{token} answered", wait: false, within: HOG * 3)
     end
@@ -230,13 +233,18 @@ class CircuitBreakerStarvedTest < Minitest::Test
   # 150 ms. Slow in the caller's hands only: starved, where main counted every call slow and
   # opened the breaker. A peer that takes 400 ms behind an idle caller is slow.
   def test_slow_calls_are_judged_by_when_the_answer_came
-    # On Ruby 3.3 with io-event 1.22 3 to 7 of the 10 answers, all in before the reactor
-    # looked again, were judged slow in runs on a quiet machine; why is not known yet
-    # (docs/resilience.md says so).
-    skip "slow_call's judgement by the answer's arrival is not verified on Ruby #{RUBY_VERSION}" if RUBY_VERSION >= "3.2"
-    b = breaker(slow_call: 0.05)
+    b = nil
     with_client do |client|
-      assert_equal ["ok"] * CALLS, round(client, b, :held, hog: true, deadline: 5)
+      # A call asked more than slow_call before the busy fiber let the peer answer really got
+      # its answer late, and may count slow: the machine held the round up between the calls'
+      # starts and the busy fiber's (under CPU load, on Ruby 3.3 mostly, one to six of ten).
+      # Such a round says nothing about the breaker: it is played again, up to three times.
+      3.times do
+        b = breaker(slow_call: 0.05)
+        assert_equal ["ok"] * CALLS, round(client, b, :held, hog: true, deadline: 5)
+        break if @asked.all? { |asked| @gate_opened - asked < 0.05 }
+      end
+      assert(@asked.all? { |asked| @gate_opened - asked < 0.05 }, "three rounds held up before the peer could answer")
       # The answers are all in before the reactor looks again, but on a loaded machine the
       # reactor may take a second poll to get to one of them, and then that poll's look is the
       # earliest the answer is known to have come (Scheduler#readiness_floor): slow. A few such
