@@ -23,9 +23,12 @@ require "weft/http"
 # The clients share this process's reactor, and on two cores it stalls now and then (its own
 # JSON, the shards' CPU, a replacement worker booting): a request in flight meanwhile is read
 # late, however early its answer came. A fiber watches for such stalls, and the bound is
-# checked on each request's time less the client stalls it overlapped (the report gives both).
-# PostgreSQL is restarted by a child process (PostgresCluster#spawn_restart) waited for in a
-# fiber: `restart` from a thread here stalled the clients for up to 0.6 s.
+# checked on each request's time less the client stalls it overlapped (the report gives both,
+# and this process's GC meanwhile). The report then lists the requests still late, each with
+# what came before it (the run's start, the PostgreSQL restart, the last kill): that is where
+# to look in the shards' log. PostgreSQL is restarted by a child process
+# (PostgresCluster#spawn_restart) waited for in a fiber: `restart` from a thread here stalled
+# the clients for up to 0.6 s.
 class RingpoolChaosTest < Minitest::Test
   include Ringpool::Test::Helpers
 
@@ -42,8 +45,17 @@ class RingpoolChaosTest < Minitest::Test
   # Past this, even the suite's run fails: something waited that must not.
   HARD_BOUND = 2.0
 
-  # One POST /allocations as the client saw it.
-  Request = Struct.new(:items, :status, :answers, :seconds, :error, :started_at)
+  # One POST /allocations as the client saw it. Its answers are checked as they come (Answers),
+  # not kept to the end, so that this process's heap, and with it the GC pauses that stall
+  # every client at once, does not grow with the run (the report gives the GC).
+  Request = Struct.new(:status, :seconds, :error, :started_at)
+  # What the answers said, in all: tracked answers as [number, lockout end in µs], how many
+  # overflow numbers (and item errors) for each reason, and anything wrong with an answer.
+  Answers = Struct.new(:tracked, :reasons, :problems)
+  # Late requests are told apart by what came before them: the run's first SETTLING seconds,
+  # the PostgreSQL restart until AFTER_RESTART seconds after it is back up, or else the last kill.
+  SETTLING = 1.0
+  AFTER_RESTART = 3.0
   # Client stalls shorter than this are not recorded: a reactor turn on a busy machine.
   STALL = 0.02
 
@@ -66,20 +78,23 @@ class RingpoolChaosTest < Minitest::Test
   def test_no_number_is_handed_out_twice_through_kills_and_a_database_restart
     pools = create_pools
     requests = nil
+    answers = Answers.new([], Hash.new(0), [])
     chaos_done = { kills: 0, restarts: 0 }
     stalls = []
-    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    events = []
+    started = now
+    gc = GC.stat.values_at(:major_gc_count, :minor_gc_count, :time)
     Weft.run do
       remaining = (ALLOCATIONS + ITEMS - 1) / ITEMS
       requests = []
-      chaos = Weft.spawn { make_chaos(-> { requests.size }, remaining, chaos_done) }
+      chaos = Weft.spawn { make_chaos(-> { requests.size }, remaining, chaos_done, events) }
       watch = Weft.spawn { watch_stalls(stalls) }
       Weft.gather(Array.new(CLIENTS) do
         Weft.spawn do
           http = Weft::HTTP::Client.new("http://127.0.0.1:#{@cluster.port}", proxy: nil, read_timeout: 10, deadline: 10)
           while remaining.positive?
             remaining -= 1
-            requests << post(http, pools)
+            requests << post(http, pools, answers)
           end
         ensure
           http&.close
@@ -88,8 +103,9 @@ class RingpoolChaosTest < Minitest::Test
       chaos.cancel
       watch.cancel
     end
-    elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-    report = check(requests, pools, chaos_done, elapsed, stalls)
+    elapsed = now - started
+    gc = GC.stat.values_at(:major_gc_count, :minor_gc_count, :time).zip(gc).map { |after, before| after - before }
+    report = check(requests, answers, chaos_done, elapsed, stalls, Timeline.new(started, events), gc)
     puts report if ENV["RINGPOOL_CHAOS_REPORT"] == "1"
   end
 
@@ -109,26 +125,55 @@ class RingpoolChaosTest < Minitest::Test
     end
   end
 
-  def post(http, pools)
-    items = Array.new(ITEMS) { |index| { "ring_pool" => pools.keys.sample, "params" => { "i" => index } } }
+  def post(http, pools, answers)
+    asked = Array.new(ITEMS) { pools.keys.sample }
+    items = asked.each_with_index.map { |id, index| { "ring_pool" => id, "params" => { "i" => index } } }
     body = JSON.generate({ "allocations" => items })
-    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    started = now
     response = http.post("/allocations", body: body, headers: { "content-type" => "application/json" })
-    seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-    answers = response.status == 200 ? JSON.parse(response.body).fetch("allocations") : nil
-    Request.new(items, response.status, answers, seconds, nil, started)
+    seconds = now - started
+    read_answers(asked, JSON.parse(response.body).fetch("allocations"), pools, answers) if response.status == 200
+    Request.new(response.status, seconds, nil, started)
   rescue Weft::HTTP::Error => e
     # A request in flight on a worker that was killed: no answer, so nothing handed out.
-    Request.new(items, nil, nil, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, e, started)
+    Request.new(nil, now - started, e, started)
+  end
+
+  # Checks one request's answers against the pools it asked for, in item order: each an overflow
+  # number with its reason, a per-item error, or a tracked number with its lockout end.
+  def read_answers(asked, got, pools, answers)
+    return answers.problems << "#{got.size} answers to #{asked.size} items" unless got.size == asked.size
+    asked.zip(got) do |id, answer|
+      next answers.problems << "an answer out of item order: #{answer.inspect} for pool #{id}" unless answer["ring_pool"] == id
+      if answer["overflow"]
+        overflow = pools.fetch(id)["overflow_number"]
+        answers.problems << "not the overflow number of pool #{id}: #{answer.inspect}" unless answer["number"] == overflow
+        answers.reasons[answer["reason"]] += 1
+      elsif answer["error"]
+        # A shard replaced while PostgreSQL was down knows the pools from the catalog snapshot
+        # (Catalog); a pool the snapshot does not have yet (none written so far) it cannot
+        # name the overflow number of, and says so. Nothing is handed out.
+        answers.problems << "an item error: #{answer.inspect}" unless answer["error"] == "storage_unavailable"
+        answers.reasons["error: storage_unavailable (pool unknown to a new shard)"] += 1
+      elsif (until_us = answer["lockout_until"] && Ringpool::Clock.parse(answer["lockout_until"]))
+        answers.tracked << [answer["number"], until_us]
+      else
+        answers.problems << "a tracked number without its lockout end: #{answer.inspect}"
+      end
+    end
+  end
+
+  def now
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
   end
 
   # Records [from, to] of every stall of this process's reactor longer than STALL: a 10 ms
   # sleep that ends late says the reactor could not run its fibers meanwhile.
   def watch_stalls(stalls)
     loop do
-      asleep = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.01
+      asleep = now + 0.01
       sleep 0.01
-      woke = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      woke = now
       stalls << [asleep, woke] if woke - asleep > STALL
     end
   end
@@ -141,55 +186,86 @@ class RingpoolChaosTest < Minitest::Test
   end
 
   # Kills a random shard every KILL_EVERY seconds, and restarts PostgreSQL once, when a third
-  # of the requests are done; counts both in `counts` until cancelled.
-  def make_chaos(done, total, counts)
-    restarted = nil
+  # of the requests are done; counts both in `counts` and notes each in `events` (monotonic
+  # time, what) until cancelled.
+  def make_chaos(done, total, counts, events)
+    restart = nil
     loop do
       sleep KILL_EVERY
-      pid = @cluster.shard_health(rand(SHARDS), timeout: 0.5)&.fetch("pid")
+      index = rand(SHARDS)
+      pid = @cluster.shard_health(index, timeout: 0.5)&.fetch("pid")
       if pid
         Process.kill("KILL", pid)
         counts[:kills] += 1
+        events << [now, :kill, "kill -9 of shard #{index}"]
       end
-      next if restarted || done.call < total / 3
-      restarted = @postgres.spawn_restart
+      next if restart || done.call < total / 3
       counts[:restarts] += 1
+      events << [now, :restart, "PostgreSQL restart began"]
+      restart = Weft.spawn(detached: true) { restart_postgres(events) }
     end
   ensure
-    if restarted
-      Process.wait(restarted)
-      raise "pg_ctl restart failed: #{$?.inspect}" unless $?.success? # rubocop:disable Style/SpecialGlobalVars
+    restart&.wait
+  end
+
+  # `pg_ctl restart` (waiting until PostgreSQL accepts connections again) in a child process.
+  def restart_postgres(events)
+    Process.wait(@postgres.spawn_restart)
+    raise "pg_ctl restart failed: #{$?.inspect}" unless $?.success? # rubocop:disable Style/SpecialGlobalVars
+    events << [now, :restarted, "PostgreSQL up again"]
+  end
+
+  # When the chaos happened, to say what came before each late request.
+  class Timeline
+    # @param started [Float] the run's start (monotonic)
+    # @param events [Array<(Float, Symbol, String)>] monotonic time, kind, description
+    def initialize(started, events)
+      @started = started
+      @events = events.sort_by(&:first)
+    end
+
+    # @return [Float] seconds since the run's start
+    def offset(time)
+      time - @started
+    end
+
+    # @return [Symbol] :settling, :restart (PostgreSQL down, or back up less than AFTER_RESTART
+    #   seconds ago), :kill (after a kill, none of the above) or :none
+    def cause(time)
+      return :settling if time - @started < SETTLING
+      began = @events.find { |at, kind, _| kind == :restart && at <= time }
+      up = @events.find { |at, kind, _| kind == :restarted }
+      return :restart if began && (up.nil? || time < up.first + AFTER_RESTART)
+      since(time, :kill) ? :kill : :none
+    end
+
+    # @return [Float, nil] seconds since the latest event of `kind` before `time`
+    def since(time, kind)
+      event = last(time, kind)
+      event && time - event.first
+    end
+
+    # @return [String] the latest event before `time`, and how long before
+    def before(time)
+      at, _kind, what = @events.reverse_each.find { |event_at, _, _| event_at <= time }
+      at ? format("%.2f s after %s", time - at, what) : "before any chaos"
+    end
+
+    private
+
+    def last(time, kind)
+      @events.reverse_each.find { |at, event_kind, _| event_kind == kind && at <= time }
     end
   end
 
   # @return [String] the report
-  def check(requests, pools, chaos_done, elapsed, stalls)
-    answered = requests.select(&:answers)
+  def check(requests, answers, chaos_done, elapsed, stalls, timeline, gc)
+    answered = requests.reject(&:error)
     refute_empty answered
-    assert(requests.all? { |request| request.answers || request.error }, "a request got neither an answer nor an error")
     assert_equal [200], answered.map(&:status).uniq
-
-    tracked = []
-    reasons = Hash.new(0)
-    answered.each do |request|
-      assert_equal request.items.size, request.answers.size
-      request.items.zip(request.answers) do |item, answer|
-        assert_equal item["ring_pool"], answer["ring_pool"], "an answer out of item order"
-        if answer["overflow"]
-          assert_equal pools.fetch(item["ring_pool"])["overflow_number"], answer["number"]
-          reasons[answer.fetch("reason")] += 1
-        elsif answer["error"]
-          # A shard replaced while PostgreSQL was down knows the pools from the catalog snapshot
-          # (Catalog); a pool the snapshot does not have yet (none written so far) it cannot
-          # name the overflow number of, and says so. Nothing is handed out.
-          assert_equal "storage_unavailable", answer["error"], answer.inspect
-          reasons["error: storage_unavailable (pool unknown to a new shard)"] += 1
-        else
-          refute_nil answer["lockout_until"], answer.inspect
-          tracked << [answer["number"], Ringpool::Clock.parse(answer["lockout_until"])]
-        end
-      end
-    end
+    assert_empty answers.problems.first(5), "#{answers.problems.size} answers were wrong"
+    tracked = answers.tracked
+    reasons = answers.reasons
     assert_empty reasons.keys.grep_v(/\Aerror: /) - Ringpool::Result::REASONS, "unknown overflow reasons"
 
     rows = with_db(@database_url) do |db|
@@ -211,8 +287,11 @@ class RingpoolChaosTest < Minitest::Test
 
     seconds = answered.map(&:seconds).sort
     late = seconds.count { |s| s > DEADLINE + BOUND }
-    served = answered.map { |request| request.seconds - stalled_during(request, stalls) }.sort
+    served_of = {}.compare_by_identity
+    answered.each { |request| served_of[request] = request.seconds - stalled_during(request, stalls) }
+    served = served_of.values.sort
     late_served = served.count { |s| s > DEADLINE + BOUND }
+    late_requests = served_of.select { |_, s| s > DEADLINE + BOUND }.keys.sort_by(&:started_at)
     assert_operator seconds.last, :<, DEADLINE + HARD_BOUND, "a request took #{seconds.last.round(3)} s"
     if STRICT
       assert_equal 0, late_served, "#{late_served} requests took longer than the deadline + #{BOUND * 1000} ms, " \
@@ -220,7 +299,7 @@ class RingpoolChaosTest < Minitest::Test
     end
 
     lost = requests.count(&:error)
-    items = answered.sum { |request| request.items.size }
+    items = answered.size * ITEMS
     <<~REPORT
       ringpool chaos: #{SHARDS} shards, #{CLIENTS} clients, #{requests.size} requests of #{ITEMS} items in #{elapsed.round(1)} s
       (#{(items / elapsed).round} allocations/s), deadline #{(DEADLINE * 1000).round} ms, #{chaos_done[:kills]} kill -9, #{chaos_done[:restarts]} PostgreSQL restart(s)
@@ -228,9 +307,27 @@ class RingpoolChaosTest < Minitest::Test
       no answer (worker killed mid-request): #{lost} requests (#{requests.filter_map(&:error).map(&:class).tally.map { |k, n| "#{n} #{k.name.split('::').last}" }.join(', ')})
       stored allocations: #{rows.size} (#{rows.size - handed_out.size} stored but not handed out: a peer that answered after the deadline, or a killed worker's); handed out twice: #{twice.size}; tracked answers not stored: #{missing.size}; overlapping lockouts in the table: 0
       latency: p50 #{ms(seconds, 0.5)}, p99 #{ms(seconds, 0.99)}, max #{(seconds.last * 1000).round} ms; over deadline + #{(BOUND * 1000).round} ms: #{late} of #{seconds.size}
-      the client's own stalls over #{(STALL * 1000).round} ms: #{stalls.size}, #{(stalls.sum { |from, to| to - from } * 1000).round} ms in all, longest #{((stalls.map { |from, to| to - from }.max || 0) * 1000).round} ms
+      the client's own stalls over #{(STALL * 1000).round} ms: #{stalls.size}, #{(stalls.sum { |from, to| to - from } * 1000).round} ms in all, longest #{((stalls.map { |from, to| to - from }.max || 0) * 1000).round} ms (its GC meanwhile: #{gc[0]} major and #{gc[1]} minor runs, #{gc[2]} ms)
       latency less the client's stalls: p50 #{ms(served, 0.5)}, p99 #{ms(served, 0.99)}, max #{(served.last * 1000).round} ms; over deadline + #{(BOUND * 1000).round} ms: #{late_served} of #{served.size}
+      #{late_summary(late_requests, timeline)}
+      #{late_requests.map { |request| late_line(request, served_of[request], timeline) }.join("\n")}
     REPORT
+  end
+
+  # The late requests (less the client's stalls) by what came before them (Timeline#cause).
+  def late_summary(late_requests, timeline)
+    causes = late_requests.map { |request| timeline.cause(request.started_at) }.tally
+    after_kills = late_requests.select { |request| timeline.cause(request.started_at) == :kill }
+                               .map { |request| timeline.since(request.started_at, :kill) }
+    kills = after_kills.empty? ? "" : format(" (%.2f-%.2f s after it)", after_kills.min, after_kills.max)
+    "those by what came before them: the first #{SETTLING} s #{causes.fetch(:settling, 0)}, the PostgreSQL restart " \
+      "(until #{AFTER_RESTART} s after it was up) #{causes.fetch(:restart, 0)}, a kill #{causes.fetch(:kill, 0)}#{kills}, " \
+      "nothing #{causes.fetch(:none, 0)}; one by one (start, took, less the client's stalls, what came before):"
+  end
+
+  def late_line(request, served, timeline)
+    format("  +%.2f s  %d ms  %d ms  %s", timeline.offset(request.started_at), request.seconds * 1000, served * 1000,
+           timeline.before(request.started_at))
   end
 
   def ms(sorted, quantile)
