@@ -77,6 +77,30 @@ class RingpoolGroupCommitTest < Minitest::Test
     assert_equal [[:a], [:b]], store.statements
   end
 
+  # Shard#allocate rescues the DeadlineExceeded of a lookup that ran out of time and goes on:
+  # Weft raises it once, so no timer is left to end a wait after it. Picks submitted then are
+  # refused at once, not held until the INSERT in flight ends.
+  def test_picks_submitted_after_their_deadline_passed_are_refused_at_once
+    store = RecordingStore.new(0.3)
+    Weft.run do
+      commit = Ringpool::GroupCommit.new(store, in_flight: 1, timeout: 1)
+      first = commit.submit([[:a, "{}"]])
+      sleep 0.01 # the first INSERT is running now
+      Weft.deadline(0.02) do
+        begin
+          sleep 0.05
+        rescue Weft::DeadlineExceeded
+          nil
+        end
+        started = Weft::Timers.now
+        assert_raises(Weft::DeadlineExceeded) { commit.submit([[:late, "{}"]]).wait }
+        assert_operator Weft::Timers.now - started, :<, 0.05, "the late picks waited for the INSERT in flight"
+      end
+      assert_equal true, first.wait
+    end
+    assert_equal [[:a]], store.statements
+  end
+
   def test_with_two_in_flight_a_second_insert_starts_while_the_first_runs
     store = RecordingStore.new(0.1)
     Weft.run do

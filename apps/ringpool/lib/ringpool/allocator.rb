@@ -176,6 +176,8 @@ module Ringpool
       stored = begin
         commit.wait
       rescue Weft::DeadlineExceeded
+        # Left out of its INSERT (see GroupCommit): nothing of it was stored.
+        return give_up(items, pending, results, undo: true) if commit.rejected?
         Weft.spawn(detached: true, name: "ringpool late insert") { settle_late(commit, pending) }
         return give_up(items, pending, results, undo: false)
       rescue *STORAGE_ERRORS

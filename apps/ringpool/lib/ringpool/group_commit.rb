@@ -17,11 +17,19 @@ module Ringpool
   # already, so storing them would only lock the numbers out for nothing, and under overload
   # it made PostgreSQL's backlog feed on itself (a group waiting behind a 1 s INSERT held a
   # second's worth of requests, all answered already, whose INSERT took longer still).
+  #
+  # Picks submitted when their deadline has passed already are refused at once. That happens
+  # when the request's DeadlineExceeded was rescued before it got here (a lookup in PostgreSQL
+  # that ran out of time, say): Weft raises it once per deadline, so no timer was left to end the
+  # wait for the promise, and the request waited for the INSERT in flight to end before being
+  # left out of the next one, answering up to an INSERT's time past its deadline.
   class GroupCommit
     # The picks of one INSERT: each submission's rows, the promise of what it stored and the
     # monotonic time its request stops waiting (nil: never).
     Group = Struct.new(:submissions)
     Submission = Struct.new(:rows, :promise, :deadline)
+    # Why picks were left out.
+    LATE = "the deadline passed before the INSERT started"
 
     # @param store [Store]
     # @param in_flight [Integer] INSERTs at once
@@ -41,9 +49,10 @@ module Ringpool
     #   case, told by the count alone), else with the keys of the rows it stored
     #   (`{[number, locked_from] => true}`: see Store#record); or rejected with its error, or
     #   with Weft::DeadlineExceeded when the deadline passed before the INSERT started (nothing
-    #   of it stored)
+    #   of it stored), at once when it had passed before this call
     def submit(rows)
       remaining = Weft.remaining
+      return Weft::Promise.new.reject(Weft::DeadlineExceeded.new(LATE)) if remaining&.zero?
       submission = Submission.new(rows, Weft::Promise.new, remaining && Weft::Timers.now + remaining)
       (@open ||= Group.new([])).submissions << submission
       if @running < @in_flight && !@starting
@@ -70,7 +79,7 @@ module Ringpool
     def store(group)
       now = Weft::Timers.now
       late, live = group.submissions.partition { |submission| submission.deadline && submission.deadline <= now }
-      late.each { |submission| submission.promise.reject(Weft::DeadlineExceeded.new("the deadline passed before the INSERT started")) }
+      late.each { |submission| submission.promise.reject(Weft::DeadlineExceeded.new(LATE)) }
       return if live.empty?
       rows = live.size == 1 ? live.first.rows : live.flat_map(&:rows)
       stored = Weft.timeout(@timeout) { @store.record(rows) }
