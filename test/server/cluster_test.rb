@@ -4,6 +4,7 @@ require_relative "../test_helper"
 require_relative "support/server_helpers"
 require_relative "support/process_helpers"
 require "tmpdir"
+require "weft/server/cluster"
 
 class ServerClusterTest < Minitest::Test
   include Weft::Test::ServerHelpers
@@ -11,6 +12,22 @@ class ServerClusterTest < Minitest::Test
 
   def watchdog_timeout
     90
+  end
+
+  # A worker forked while the master's heap is half swept finishes that sweep at its first GC,
+  # copying the pages it shares with the master (bench/server/fork_gc.rb): the master runs a
+  # full GC before a fork, unless none ran since its last one.
+  def test_the_master_settles_its_heap_before_a_fork_only_when_a_gc_ran_since
+    cluster = Weft::Server::Cluster.new(Weft::Server::Config.new, -> {})
+    cluster.send(:settle_heap)
+    assert_equal :none, GC.latest_gc_info[:state], "left half swept"
+    settled = GC.count
+    cluster.send(:settle_heap)
+    assert_equal settled, GC.count, "a full GC although none ran since"
+    GC.start(full_mark: false, immediate_sweep: false)
+    cluster.send(:settle_heap)
+    assert_equal settled + 2, GC.count
+    assert_equal :force, GC.latest_gc_info[:major_by]
   end
 
   def test_workers_share_the_load_are_replaced_and_scaled_by_signals

@@ -52,6 +52,7 @@ module Weft
         @log = Weft.logger
         @last_spawn = {}
         @phased = nil
+        @settled_gc_count = nil
         @old_pids = ENV.delete(OLD_WORKERS).to_s.split(",").map(&:to_i)
       end
 
@@ -135,6 +136,7 @@ module Weft
       end
 
       def spawn_worker(index, generation = @generation)
+        settle_heap
         reader, writer = IO.pipe
         @config.run_hooks(:before_fork, index)
         master = Process.pid
@@ -144,6 +146,22 @@ module Weft
         worker = Worker.new(index, pid, generation, false, reader, Timers.now, false, nil, false)
         @workers << worker
         worker
+      end
+
+      # Runs a full GC before a fork, unless none ran in the master since the last one. Ruby sweeps
+      # lazily: after a GC triggered by allocation (loading the app and the config does plenty)
+      # the heap is left half swept, and a worker forked then finishes that sweep at its first
+      # GC, writing to pages it shares with the master, each write a page copied. Measured with
+      # bench/server/fork_gc.rb (Weft and ringpool loaded, ~66,000 live objects, Ruby 3.1, two
+      # runs): the child's first GC took 147-188 ms of CPU, 17-26 ms after one GC.start in the
+      # parent. A replacement worker paid that in its first requests, and on a busy machine
+      # answered them hundreds of ms late (apps/ringpool's chaos run). The master's GC.start
+      # took 66-101 ms; it runs again only after the master's own allocations triggered a GC,
+      # which is rare once it is up (a select loop and the workers' heartbeats).
+      def settle_heap
+        return if GC.count == @settled_gc_count
+        GC.start
+        @settled_gc_count = GC.count
       end
 
       # The body of a worker process. Never returns. `pipe` carries the boot message and the
