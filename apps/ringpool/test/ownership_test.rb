@@ -51,7 +51,10 @@ class RingpoolOwnershipTest < Minitest::Test
       POOLS.times { |i| store.create_pool(name: "p#{i}", numbers: numbers(3), overflow_number: "+15550999999", lockout_seconds: 60) }
       shards = %w[a b].map { |name| shard(name, db, store) }
       settle(shards)
+      gone = sql(db, "select pid from ringpool_shards where url = $1", shards.last[:ownership].url).first["pid"]
       shards.last[:ownership].close # its session ends; its row and recent heartbeat stay
+      # The backend ends a moment after the client closes: until then it holds the locks.
+      wait_until(5, "the closed session's backend to end") { sql(db, "select 1 from pg_stat_activity where pid = $1", gone).none? }
       shards.first[:ownership].tick
       assert_equal POOLS, shards.first[:allocator].owned_ids.size
     ensure
