@@ -509,7 +509,7 @@ module Weft
         served = false
         loop do
           if waiter.nil? || @slot_queue.first.equal?(waiter)
-            pipeline = free_pipeline
+            pipeline = free_pipeline(waiter)
             return pipeline if (served = !pipeline.nil?)
           end
 
@@ -540,11 +540,22 @@ module Weft
       # A free connection (it becomes shared), a new one while below the limit, else the least
       # loaded shared connection (Pipeline#load); nil when none has room or every one with room
       # carries a statement known to run long.
-      def free_pipeline
+      #
+      # A `waiter` (the first in line) that opens a connection leaves the line first and passes
+      # the wake-up on: a connect takes a while (a busy server, a busy reactor, up to
+      # connect_timeout), and while it held the line's one wake-up, a connection that came free
+      # meanwhile sat unused with callers waiting behind it, who got PoolTimeout.
+      def free_pipeline(waiter = nil)
         if (connection = take_idle)
           return share(connection)
         end
-        return share(open_connection) if room?
+        if room?
+          if waiter
+            @slot_queue.delete(waiter)
+            pass_slot_on
+          end
+          return share(open_connection)
+        end
 
         least_loaded
       end
@@ -728,9 +739,15 @@ module Weft
       Ticket = Struct.new(:condition, :connection)
       private_constant :Ticket
 
+      # A free connection goes to the caller at once unless a caller still waits unserved
+      # (first come, first served). Callers that were handed a connection and have not run yet
+      # to take it do not count: a connection given back meanwhile finds nobody unserved and
+      # becomes free, and a caller queued behind them would wait for a later one while it sat
+      # free (nothing hands a free connection to a waiting caller; #release hands over only the
+      # connection being given back).
       def checkout_pinned
         synchronize do
-          connection = (take_idle if @pin_queue.empty?) || (open_connection if room?) || wait_for_connection
+          connection = (take_idle unless unserved_pins?) || (open_connection if room?) || wait_for_connection
           connection.exit_pipeline_mode
           @pinned << connection
           connection
@@ -749,7 +766,14 @@ module Weft
         taken = false
         begin
           until ticket.connection
-            return (taken = open_connection) if room?
+            if room?
+              # It opens one of its own, and waits for nothing else: a connection given back
+              # meanwhile goes to the next caller (handed to this one, it would sit unused
+              # until the connect was done).
+              @pin_queue.delete(ticket)
+              wake_pin_waiter
+              return (taken = open_connection)
+            end
 
             checkout_expired(deadline) if deadline&.expired?
             if (orphan = pipeline_to_drain)
