@@ -63,7 +63,7 @@ class PostgresPoolCapacityTest < Minitest::Test
   # A pool whose connections go through a HoldingProxy, which can make connects slow.
   def proxied_pool(**options)
     @proxy = Weft::Test::HoldingProxy.new(postgres.host, postgres.port)
-    pool(target: "postgres://postgres@127.0.0.1:#{@proxy.port}/postgres", **options)
+    pool(target: "postgres://postgres@127.0.0.1:#{@proxy.port}/postgres?sslmode=disable&gssencmode=disable", **options)
   end
 
   # Ends the lease's backend from the server side and gives the lease back: the pool closes
@@ -166,6 +166,36 @@ class PostgresPoolCapacityTest < Minitest::Test
       assert_equal :leased, second.wait
       assert_operator now - started, :<, 0.5, "the second caller waited for the first one's connect"
       first.wait
+    end
+    assert_all_free(db)
+  end
+
+  # A statement known to run long, pipelined, whose caller left: the background task that has
+  # it cancelled reads its error, which PostgreSQL writes at once, while the answer to its
+  # segment's sync point comes in a write of its own (held back here by the proxy). Nobody
+  # else reads a connection whose callers have all left, and no statement is sent down one
+  # carrying a known-slow statement, so the task must read on until the connection is empty:
+  # it stayed out of the pool, and the next caller waited acquire_timeout for it.
+  def test_a_connection_whose_callers_all_left_comes_back_to_the_pool
+    db = proxied_pool(limit: 1, acquire_timeout: 3.0)
+    @proxy.pause_after_error = 0.3
+    slow = "select pg_sleep($1::float8), 'capacity-orphan'"
+    reactor do
+      db.query(slow, 0.05) # alone on the free connection: known as slow from now on
+      assert_equal 1, db.statistics[:slow_marked], "not known as slow: nothing would be tested"
+      holder = Weft.spawn { db.query("select pg_sleep(0.1)") } # alone: the next caller pipelines
+      sleep 0.02
+      left = Weft.spawn do
+        Weft.timeout(0.4) { db.query(slow, 30) }
+      rescue Weft::TimeoutError
+        :left
+      end
+      holder.wait
+      assert_equal :left, left.wait
+      sleep 0.05 # its cancel is under way
+      started = now
+      assert_equal "1", db.query("select 1").getvalue(0, 0)
+      assert_operator now - started, :<, 1.5, "the connection stayed out of the pool until acquire_timeout"
     end
     assert_all_free(db)
   end
