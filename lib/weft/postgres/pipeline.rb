@@ -306,7 +306,12 @@ module Weft
         @waiters.delete(condition)
         # Pass the reader role on. The waiter a leaving reader signalled may have been settled
         # in the same batch and be leaving too; then it passes the role on here, and so on.
-        first_waiter&.signal unless @reader
+        # The last to leave, with statements still in flight (all abandoned), leaves them to
+        # the background task that reads them out (#cancel_abandoned_head).
+        unless @reader
+          waiter = first_waiter
+          waiter ? waiter.signal : cancel_abandoned_head
+        end
       end
 
       def first_waiter
@@ -565,11 +570,22 @@ module Weft
       # work already. PostgreSQL sends a segment's results only at its sync point, so which of
       # its statements runs cannot be told: the cancel request may end another one, which is
       # then sent again (every statement in flight is exposed to it, see #send_cancel), as are
-      # the others of the segment, rolled back with it.
+      # the others of the segment, rolled back with it. The task also reads out what is left
+      # unread (#unread?).
       def cancel_abandoned_head
-        return if @tidying || @abandoned.zero? || !abandoned_running
+        return if @tidying || @abandoned.zero? || !(abandoned_running || unread?)
         @tidying = true
         Background.run("weft-postgres cancel") { @lock.synchronize { cancel_abandoned } }
+      end
+
+      # Whether statements are in flight that nobody waits for: their callers all left, and
+      # nothing else would read their results (a connection is read only by its waiters). A
+      # cancelled statement's error comes back before its segment's sync point, in a write of
+      # its own, so the last waiter can leave with the sync point unread. Unread, the
+      # connection would never be given back to the pool: no new statement is sent to it while
+      # it carries one known to run long or drains for a caller waiting to pin it.
+      def unread?
+        @waiters.empty? && !in_flight_none?
       end
 
       # @return [Request, nil] an abandoned statement of the segment the server runs now,
@@ -583,16 +599,32 @@ module Weft
       end
 
       # In the background task: while the segment the server runs has an abandoned statement,
-      # has it cancelled. If the server does not end it within CANCEL_GRACE, the connection is
-      # given up.
+      # has it cancelled; then, while nobody waits here, reads out what is still in flight, so
+      # the connection comes back to the pool. If the server does not end a cancelled statement
+      # or answer within CANCEL_GRACE, the connection is given up.
       def cancel_abandoned
-        while (target = abandoned_running)
-          next if cancel_until_ended(target)
-
+        loop do
+          if (target = abandoned_running)
+            next if cancel_until_ended(target)
+          elsif unread?
+            next if read_out
+          else
+            break
+          end
           lost(Unresponsive.new("a cancelled statement did not end within #{CANCEL_GRACE}s"))
         end
       ensure
         @tidying = false
+      end
+
+      # Reads until nothing is in flight, a caller sends a statement here (its reading is its
+      # own then) or an abandoned statement runs (to be cancelled).
+      # @return [Boolean] false if that did not happen within CANCEL_GRACE
+      def read_out
+        reader = Thread::ConditionVariable.new
+        wait_for(reader, Deadline.after(CANCEL_GRACE)) do
+          in_flight_none? || @waiters.size > 1 || !abandoned_running.nil?
+        end
       end
 
       # Asks the server to cancel the statement (again every CANCEL_REPEAT seconds) and reads,

@@ -492,8 +492,8 @@ module Weft
       # --- Shared use ---------------------------------------------------------------------------
 
       # A caller of #query waiting for a pipeline slot; `woken` while a wake-up is on its way
-      # to it (see #wake_slot_waiter).
-      SlotWaiter = Struct.new(:condition, :woken)
+      # to it (see #wake_slot_waiter); `since`: when it began to wait (see #release).
+      SlotWaiter = Struct.new(:condition, :woken, :since)
       private_constant :SlotWaiter
 
       # A pipeline with a free slot (#free_pipeline). When none has one, the caller waits in
@@ -508,8 +508,8 @@ module Weft
         deadline = nil
         served = false
         loop do
-          if waiter.nil? || @slot_queue.first.equal?(waiter)
-            pipeline = free_pipeline
+          if waiter.nil? || waiter.woken || @slot_queue.first.equal?(waiter)
+            pipeline = free_pipeline(waiter)
             return pipeline if (served = !pipeline.nil?)
           end
 
@@ -520,7 +520,7 @@ module Weft
             return pipeline
           end
           unless waiter
-            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false)
+            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false, Timers.now)
             @slot_queue << waiter
             Trace.event(:slot_wait) if Trace::ON
           end
@@ -540,11 +540,22 @@ module Weft
       # A free connection (it becomes shared), a new one while below the limit, else the least
       # loaded shared connection (Pipeline#load); nil when none has room or every one with room
       # carries a statement known to run long.
-      def free_pipeline
+      #
+      # A `waiter` (the first in line) that opens a connection leaves the line first and passes
+      # the wake-up on: a connect takes a while (a busy server, a busy reactor, up to
+      # connect_timeout), and while it held the line's one wake-up, a connection that came free
+      # meanwhile sat unused with callers waiting behind it, who got PoolTimeout.
+      def free_pipeline(waiter = nil)
         if (connection = take_idle)
           return share(connection)
         end
-        return share(open_connection) if room?
+        if room?
+          if waiter
+            @slot_queue.delete(waiter)
+            pass_slot_on
+          end
+          return share(open_connection)
+        end
 
         least_loaded
       end
@@ -557,17 +568,28 @@ module Weft
       # Wakes the first caller waiting for a slot, unless a wake-up is already on its way to
       # it: woken one at a time, it takes its place before the next looks (woken together, they
       # piled onto the one connection that freed up). Called wherever room may have come free.
-      def wake_slot_waiter
-        first = @slot_queue.first
-        return if first.nil? || first.woken
+      #
+      # A connection given back for the line (#release) wakes the first waiter not already
+      # woken instead (`behind: true`), so that each connection that comes free gets a waiter
+      # of its own: waking the first only moved the line one waiter per turn while the other
+      # free connections sat unused.
+      def wake_slot_waiter(behind: false)
+        waiter = behind ? @slot_queue.find { |each| !each.woken } : @slot_queue.first
+        return if waiter.nil? || waiter.woken
 
-        first.woken = true
-        first.condition.signal
+        waiter.woken = true
+        waiter.condition.signal
       end
 
       # Wakes the next waiter if room remains: the chain that serves waiters one after another.
+      # With nobody left in line, a connection left free for the line (#release) goes to the
+      # callers waiting to pin.
       def pass_slot_on
-        wake_slot_waiter if !@slot_queue.empty? && slot_free?
+        if @slot_queue.empty?
+          hand_idle_to_pins
+        elsif slot_free?
+          wake_slot_waiter
+        end
       end
 
       # The caller waited acquire_timeout for a connection with room and without a statement
@@ -724,13 +746,19 @@ module Weft
       # --- Pinned use ---------------------------------------------------------------------------
 
       # A caller waiting to pin; a connection given back is handed straight to the first one,
-      # so callers that keep coming back cannot overtake those already waiting.
-      Ticket = Struct.new(:condition, :connection)
+      # so callers that keep coming back cannot overtake those already waiting. `since`: when
+      # it began to wait (see #release).
+      Ticket = Struct.new(:condition, :connection, :since)
       private_constant :Ticket
 
+      # A free connection goes to the caller at once unless a caller still waits unserved
+      # (first come, first served). Callers that were handed a connection and have not run yet
+      # to take it do not count: a connection given back meanwhile finds nobody unserved and
+      # becomes free, and a caller queued behind them would wait for a later one while it sat
+      # free (#release hands over only the connection being given back).
       def checkout_pinned
         synchronize do
-          connection = (take_idle if @pin_queue.empty?) || (open_connection if room?) || wait_for_connection
+          connection = (take_idle unless unserved_pins?) || (open_connection if room?) || wait_for_connection
           connection.exit_pipeline_mode
           @pinned << connection
           connection
@@ -743,13 +771,20 @@ module Weft
       # wakes the next one still waiting, which sees to the next connection to drain.
       def wait_for_connection
         deadline = checkout_deadline
-        ticket = Ticket.new(Thread::ConditionVariable.new, nil)
+        ticket = Ticket.new(Thread::ConditionVariable.new, nil, Timers.now)
         @pin_queue << ticket
         Trace.event(:lease_queued) if Trace::ON
         taken = false
         begin
           until ticket.connection
-            return (taken = open_connection) if room?
+            if room?
+              # It opens one of its own, and waits for nothing else: a connection given back
+              # meanwhile goes to the next caller (handed to this one, it would sit unused
+              # until the connect was done).
+              @pin_queue.delete(ticket)
+              wake_pin_waiter
+              return (taken = open_connection)
+            end
 
             checkout_expired(deadline) if deadline&.expired?
             if (orphan = pipeline_to_drain)
@@ -789,12 +824,12 @@ module Weft
       end
 
       def unserved_pins?
-        @pin_queue.any? { |ticket| ticket.connection.nil? }
+        !first_unserved_pin.nil?
       end
 
       # Wakes the first caller waiting to pin that has no connection yet.
       def wake_pin_waiter
-        @pin_queue.find { |ticket| ticket.connection.nil? }&.condition&.signal
+        first_unserved_pin&.condition&.signal
       end
 
 
@@ -961,16 +996,43 @@ module Weft
         nil
       end
 
+      # A connection given back goes to whoever has waited longest: the first caller waiting
+      # to pin, or, if the first caller waiting for a slot came before it, the slot line (it
+      # becomes free, and that caller is woken to take it). Handing every connection to the
+      # callers waiting to pin while there were any starved the slot line: under a stream of
+      # leases (a Rails app's transactions) on a busy reactor, where each hand-over waits a
+      # turn, all connections went round the leases for seconds, and callers of #query (a
+      # request's other statements) got PoolTimeout after acquire_timeout, with the
+      # connections counted neither pinned nor shared as they were on their way to the next
+      # lease ("2 pinned, 0 shared, 250 waiting" for a limit of 5).
       def release(connection)
         connection.released_at = Timers.now
         if @closed || expired?(connection)
           discard(connection)
-        elsif (ticket = @pin_queue.find { |waiting| waiting.connection.nil? })
+        elsif (ticket = first_unserved_pin) && !slot_line_first?(ticket)
           ticket.connection = connection
           ticket.condition.signal
         else
           @idle << connection
-          wake_slot_waiter
+          wake_slot_waiter(behind: true)
+        end
+      end
+
+      def first_unserved_pin
+        @pin_queue.find { |ticket| ticket.connection.nil? }
+      end
+
+      # Whether the first caller waiting for a slot began to wait before `ticket`'s caller.
+      def slot_line_first?(ticket)
+        (first = @slot_queue.first) && first.since < ticket.since
+      end
+
+      # Free connections go to the callers waiting to pin, first come first served (a
+      # connection left free for the slot line when the line has gone).
+      def hand_idle_to_pins
+        while (ticket = first_unserved_pin) && (connection = take_idle)
+          ticket.connection = connection
+          ticket.condition.signal
         end
       end
 
