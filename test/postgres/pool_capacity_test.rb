@@ -208,9 +208,12 @@ class PostgresPoolCapacityTest < Minitest::Test
   # five going round among themselves while the callers of #query waited past
   # acquire_timeout: PoolTimeout with "0 pinned, 0 shared" or "2 pinned, 0 shared", the others
   # on their way to the next lease (the benchmark's ActiveRecord::ConnectionTimeoutError).
-  # Callers never wait while a connection is free, and none times out.
+  # Callers never wait while a connection is free, and none times out. The line itself is ~2 s
+  # long at best (200 callers, each needing 50 ms of one of 5 connections), so acquire_timeout
+  # is twice that: with 2 s a loaded machine timed callers out on the fixed pool too (1 run in
+  # 4), and with 4 s the pool before the fix still timed out 4-5 callers a run.
   def test_callers_never_wait_while_a_connection_is_free_under_the_rails_request_mix
-    db = pool(limit: 5, acquire_timeout: 2.0)
+    db = pool(limit: 5, acquire_timeout: 4.0)
     reactor(40) do
       db.query("drop table if exists capacity_posts")
       db.query("create table capacity_posts (id serial primary key, title text)")
