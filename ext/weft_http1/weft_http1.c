@@ -5,8 +5,9 @@
  * raising Weft::HTTP1::ParseError. The core only reports offsets and flags.
  *
  * Hot path notes: Rack keys for common headers, the fixed env keys, common
- * methods and protocol strings are frozen, interned strings created once at
- * load time, so a typical request allocates only its value strings.
+ * methods and protocol strings, and an empty QUERY_STRING are frozen, interned
+ * strings created once at load time, so a typical request allocates only its
+ * value strings.
  */
 #include <ruby.h>
 #include <string.h>
@@ -19,7 +20,7 @@ static ID id_new;
 
 /* fixed env keys and values */
 static VALUE k_REQUEST_METHOD, k_PATH_INFO, k_QUERY_STRING, k_SERVER_PROTOCOL,
-             k_HTTP_HOST, v_HTTP_1_1, v_HTTP_1_0, v_ROOT;
+             k_HTTP_HOST, v_HTTP_1_1, v_HTTP_1_0, v_ROOT, v_EMPTY;
 
 static VALUE frozen(const char *s)
 {
@@ -343,7 +344,10 @@ static void fill_env(rparser *rp, VALUE buffer, VALUE env)
     PUT(k_REQUEST_METHOD, method_string(b + p->method_off, p->method_len));
     PUT(k_PATH_INFO, p->path_len ? rb_str_new((const char *)b + p->path_off, (long)p->path_len)
                                  : rb_str_dup(v_ROOT));
-    PUT(k_QUERY_STRING, rb_str_new((const char *)b + p->query_off, (long)p->query_len));
+    /* No query (nearly every request): one frozen empty string for all, as Puma's and
+     * Falcon's envs have it (Rack asks for a String, not an unfrozen one); one object fewer
+     * per request for the GC. */
+    PUT(k_QUERY_STRING, p->query_len ? rb_str_new((const char *)b + p->query_off, (long)p->query_len) : v_EMPTY);
     PUT(k_SERVER_PROTOCOL, p->http_minor ? v_HTTP_1_1 : v_HTTP_1_0);
 
     for (uint32_t i = 0; i < p->nheaders; i++) {
@@ -590,6 +594,7 @@ void Init_weft_http1(void)
     v_HTTP_1_1 = frozen("HTTP/1.1");
     v_HTTP_1_0 = frozen("HTTP/1.0");
     v_ROOT = frozen("/");
+    v_EMPTY = frozen("");
     init_commons();
     weft_init_response_head(mHTTP1);
 

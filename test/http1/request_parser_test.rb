@@ -148,6 +148,10 @@ class HTTP1RequestParserTest < Minitest::Test
     assert_equal 5, pr.content_length
     assert_equal "", parse(req(["Host: h"], "GET /p HTTP/1.1"))[1]["QUERY_STRING"]
     assert_equal "", parse(req(["Host: h"], "GET /p? HTTP/1.1"))[1]["QUERY_STRING"]
+    # one frozen string for every request without a query: no object per request
+    assert_same parse(req(["Host: h"], "GET /a HTTP/1.1"))[1]["QUERY_STRING"],
+                parse(req(["Host: h"], "GET /b? HTTP/1.1"))[1]["QUERY_STRING"]
+    assert_predicate parse(req(["Host: h"], "GET /p HTTP/1.1"))[1]["QUERY_STRING"], :frozen?
   end
 
   def test_path_not_decoded
