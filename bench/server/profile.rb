@@ -15,7 +15,8 @@
 #   - method calls (Ruby methods, C functions, blocks), counted exactly by a TracePoint (with
 #     PROFILE_CALLS=1, the 40 most called are printed);
 #   - system calls (`strace -c -f` during a second wrk run, when strace is installed);
-#   - the hottest methods (StackProf, cpu mode).
+#   - the hottest methods (StackProf, cpu mode);
+#   - objects allocated per request by class and site (ObjectSpace's allocation tracing).
 # With other checkouts of Weft (e.g. `git worktree add --detach /tmp/weft-before <commit>`, its
 # extensions compiled), the first two figures are measured for each, the servers taking turns
 # ROUNDS times, each run from its own tree and bundle: before and after side by side.
@@ -59,7 +60,8 @@ module ServerProfile
     out << "\nThe app's own three objects per request (its response) are included. Calls are counted by " \
            "a TracePoint (Ruby's specialised instructions count as C calls then).\n\n"
     serving(ROOT, connections) do |port, pid|
-      out << syscalls(port, connections, pid) << "\n" << hot_methods(port, connections)
+      out << syscalls(port, connections, pid) << "\n" << hot_methods(port, connections) << "\n" <<
+        allocation_sites(port, connections)
     end
     File.write(REPORT, out)
     puts out
@@ -134,6 +136,22 @@ module ServerProfile
     report = control(port, "stackprof/stop")
     out = +"Hottest methods (StackProf cpu mode, this checkout, share of samples spent in the method itself):\n\n"
     report["frames"].each { |frame| out << format("- %.1f%% %s\n", frame["percent"], frame["name"]) }
+    out
+  end
+
+  # Counted with ObjectSpace's allocation tracing (and the GC off) during a short run: exact
+  # counts, though the tracing slows the server down.
+  # @return [String] a Markdown section
+  def allocation_sites(port, connections)
+    control(port, "allocations/start")
+    requests = wrk(port, connections, 2)
+    sites = control(port, "allocations/stop")["sites"]
+    out = +"Objects allocated per request by site (ObjectSpace.trace_object_allocations, this checkout, " \
+           "#{requests} requests; an object made in C is charged to the Ruby line that called into C), " \
+           "those at 0.01 or more:\n\n"
+    sites.each do |site, count|
+      out << format("- %.2f %s\n", count.to_f / requests, site) if count >= requests / 100
+    end
     out
   end
 

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # The app behind bench/server/profile.rb: hello world at /, and the profiler's controls under
-# /__profile/ (they run in the server process, so they can read its counters).
+# /__profile/ (they run in the server process, so they can read its counters and objects).
 require "json"
 
 # The server's CPU time, and what the GC did: objects allocated, collections run (minor and
@@ -31,6 +31,30 @@ controls = {
   "/__profile/calls/stop" => lambda {
     $profile_trace.disable
     { events: $profile_calls, methods: $profile_methods.sort_by { |_, count| -count }.first(40) }
+  },
+  # Where objects are allocated: ObjectSpace's allocation tracing, with the GC off until stop
+  # so that every object allocated meanwhile is still there to be counted. An object made in C
+  # is charged to the Ruby line that called into C.
+  "/__profile/allocations/start" => lambda {
+    require "objspace"
+    GC.start
+    GC.disable
+    $profile_generation = GC.count
+    ObjectSpace.trace_object_allocations_start
+    {}
+  },
+  "/__profile/allocations/stop" => lambda {
+    ObjectSpace.trace_object_allocations_stop
+    sites = Hash.new(0)
+    ObjectSpace.each_object do |object|
+      next unless ObjectSpace.allocation_generation(object) == $profile_generation
+      file = ObjectSpace.allocation_sourcefile(object) or next
+      klass = Kernel.instance_method(:class).bind_call(object)
+      sites["#{klass} #{file.sub(%r{\A.*/(?=(lib|gems|bench)/)}, '')}:#{ObjectSpace.allocation_sourceline(object)}"] += 1
+    end
+    ObjectSpace.trace_object_allocations_clear
+    GC.enable
+    { sites: sites.sort_by { |_, count| -count }.first(20) }
   },
   "/__profile/stackprof/start" => lambda {
     require "stackprof" # here: a checkout profiled for its counters alone may not bundle it
