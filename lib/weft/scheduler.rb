@@ -62,6 +62,8 @@ module Weft
     class IOTimeout
       # @return [Timers] the reactor's timers it is armed in
       attr_reader :timers
+      # @api private: when the fiber's coarse wait ends; nil while it is in none (for the sweep)
+      attr_reader :coarse_deadline
 
       def initialize(timers, fiber, sweep)
         @timers = timers
@@ -111,7 +113,8 @@ module Weft
         @fiber.weft_transfer(false)
       end
 
-      # Called by the sweep that holds it: ends a coarse wait due by `moment`.
+      # Called by the sweep that holds it: ends a coarse wait due by `moment` (looked at again:
+      # a fiber the sweep resumed before this one may have run since it was found due).
       # @return [Boolean] whether the sweep is to keep it: not once it is in no coarse wait (the
       #   fiber's next one hands it to the sweep again)
       def sweep(moment)
@@ -177,11 +180,18 @@ module Weft
         @waiters.delete(waiter)
       end
 
-      # The timer fired: the sweep. Every due wait ends in its fiber before this returns; a
-      # woken fiber may wait again, or end, meanwhile, so the sweep goes over a copy.
+      # The timer fired: the sweep. Most waits are not due (their next request came), so each
+      # costs an attribute read here and no call; the others are handed to IOTimeout#sweep
+      # afterwards, since a wait it ends resumes its fiber, which may wait again or end before
+      # the switch comes back.
       def call
         moment = @timer.deadline
-        @waiters.keys.each { |waiter| @waiters.delete(waiter) unless waiter.sweep(moment) }
+        due = nil
+        @waiters.each_key do |waiter|
+          deadline = waiter.coarse_deadline
+          (due ||= []) << waiter unless deadline && deadline > moment
+        end
+        due&.each { |waiter| @waiters.delete(waiter) unless waiter.sweep(moment) }
         rearm unless @waiters.empty?
       end
 
