@@ -157,6 +157,8 @@ module Weft
     # at fibers that were waiting at its last look or have waited since; with none left its
     # timer lapses.
     class CoarseSweep
+      # @param timers [Timers] the reactor's timers, where its one timer is armed
+      # @param interval [Float] seconds between sweeps: how late a coarse wait may end
       def initialize(timers, interval)
         @timers = timers
         @interval = interval
