@@ -2,15 +2,19 @@
 
 require_relative "test_helper"
 
-# Timed readiness waits (IO#wait_readable(seconds) and the like: the server's linger, idle and
-# body waits, the HTTP client's reads) under Scheduler::IOTimeout, which keeps one timer per
-# fiber armed past the wait that armed it and re-arms it only when it fires during a wait that
-# is not over yet. Whatever the timer's history, each wait must end at its own deadline: not
-# before (a timer armed by an earlier, shorter or earlier-ending wait) and not much after.
+# Timed readiness waits (IO#wait_readable(seconds) and the like: the server's idle and body
+# waits, the HTTP client's reads) under Scheduler::IOTimeout, which keeps one timer per fiber
+# armed past the wait that armed it and re-arms it only when it fires during a wait that is not
+# over yet. Whatever the timer's history, each wait must end at its own deadline: not before (a
+# timer armed by an earlier, shorter or earlier-ending wait) and not much after. Coarse waits
+# (the server's linger) are ended by the reactor's sweep instead: not before their deadline,
+# and at most Scheduler::COARSE_INTERVAL after it (plus this machine's delays).
 class IOWaitTimeoutTest < Minitest::Test
   # How late past its deadline a wait may end: the reactor's turn plus this busy, shared
   # machine's scheduling delays. Ending early is never allowed.
   LATE = 0.25
+  # How much later a coarse wait may end: the sweep's interval.
+  COARSE = Weft::Scheduler::COARSE_INTERVAL
 
   def setup
     @sockets = []
@@ -172,14 +176,135 @@ class IOWaitTimeoutTest < Minitest::Test
     Fiber.set_scheduler(nil)
   end
 
+  # --- Coarse waits (Scheduler#io_wait_coarse): ended by the reactor's sweep, no timer each ---
+
+  def test_a_silent_coarse_wait_ends_after_its_timeout_within_the_sweep_interval
+    reader, = socket_pair
+    outcomes = Weft.run do
+      Array.new(5) { timed { coarse_wait(reader, 0.05) } }
+    end
+    outcomes.each do |result, elapsed|
+      assert_equal false, result
+      assert_on_time 0.05, elapsed, late: COARSE + LATE
+    end
+  end
+
+  def test_a_coarse_wait_that_ends_in_time_returns_the_events
+    reader, writer = socket_pair
+    result, elapsed = Weft.run do
+      Weft.spawn { sleep 0.02; writer.write("x") }
+      timed { coarse_wait(reader, 1) }
+    end
+    assert_equal IO::READABLE, result
+    assert_operator elapsed, :<, 0.5
+  end
+
+  # The server's case: many fibers whose waits are renewed again and again (each served in
+  # time), then left silent. No renewed wait times out, and each silent one ends on time. The
+  # sweep holds the fibers only while they wait: afterwards its timer lapses.
+  def test_many_renewed_coarse_waits_then_silence
+    pairs = Array.new(64) { socket_pair }
+    outcomes, last_write, after = Weft.run do
+      last_write = nil
+      Weft.spawn do
+        # A byte for every fiber every 10 ms for 0.3 s: far within their timeouts.
+        30.times do
+          sleep 0.01
+          pairs.each { |_, writer| writer.write("x") }
+        end
+        last_write = Weft::Timers.now
+      end
+      outcomes = Weft.map(pairs.each_with_index.to_a) do |(reader, _), i|
+        timeout = 0.1 + (0.01 * (i % 4))
+        reader.read_nonblock(100) while coarse_wait(reader, timeout)
+        timed_out = Weft::Timers.now
+        [timeout, timed_out, *timed { coarse_wait(reader, timeout) }]
+      end
+      sleep 3 * COARSE # past the next sweeps: each finds every fiber in no wait
+      [outcomes, last_write, Weft.scheduler.statistics.values_at(:coarse_waiters, :timers)]
+    end
+    outcomes.each do |timeout, timed_out, result, elapsed|
+      # A renewed wait that timed out would have ended the loop before the last write.
+      assert_operator timed_out - last_write, :>=, timeout, "a renewed wait (timeout #{timeout}) timed out"
+      assert_equal false, result
+      assert_on_time timeout, elapsed, late: COARSE + LATE
+    end
+    assert_equal [0, 0], after
+  end
+
+  # A fiber's exact timer, armed by an exact wait that ended at once, fires during a later
+  # coarse wait: it must neither end nor re-arm for that wait. And the sweep must not end an
+  # exact wait that follows a coarse one.
+  def test_exact_and_coarse_waits_of_one_fiber_do_not_end_each_other
+    reader, writer = socket_pair
+    Weft.run do
+      writer.write("x")
+      assert_equal reader, reader.wait_readable(0.03) # exact: its timer fires 30 ms on
+      reader.read_nonblock(1)
+      result, elapsed = timed { coarse_wait(reader, 0.15) }
+      assert_equal false, result
+      assert_on_time 0.15, elapsed, late: COARSE + LATE
+
+      writer.write("x")
+      assert_equal IO::READABLE, coarse_wait(reader, 0.03) # coarse: held by the sweep
+      reader.read_nonblock(1)
+      result, elapsed = timed { reader.wait_readable(0.15) }
+      assert_nil result
+      assert_on_time 0.15, elapsed
+    end
+  end
+
+  # As for the exact timer above: a coarse wait cut short by cancellation must not end a wait
+  # of the pooled fiber's next task.
+  def test_a_cancelled_coarse_wait_leaves_no_wake_up_for_the_fibers_next_task
+    reader, = socket_pair
+    Weft.run do
+      waiter_fiber = nil
+      waiter = Weft.spawn do
+        waiter_fiber = Fiber.current
+        coarse_wait(reader, 0.05)
+      end
+      sleep 0.01
+      waiter.cancel
+      waiter.wait
+      assert_predicate waiter, :cancelled?
+      queue = Thread::Queue.new
+      popper = Weft.spawn { [Fiber.current, timed { queue.pop }] }
+      sleep 0.15 # past the cancelled wait's deadline, several sweeps
+      queue << :late
+      fiber, (value, elapsed) = popper.wait
+      assert_same waiter_fiber, fiber, "the test needs the pooled fiber to be reused"
+      assert_equal :late, value
+      assert_operator elapsed, :>=, 0.1
+    end
+  end
+
+  # A worker fiber that ends (the pool is full) leaves the sweep at once.
+  def test_a_fiber_that_ends_leaves_the_sweep
+    reader, writer = socket_pair
+    writer.write("x")
+    scheduler = Weft::Scheduler.new(fiber_pool_size: 0)
+    Fiber.set_scheduler(scheduler)
+    task = scheduler.spawn(nil, "waiter", [], proc { coarse_wait(reader, 5) })
+    scheduler.run
+    assert_equal IO::READABLE, task.wait
+    assert_equal 0, scheduler.statistics[:coarse_waiters]
+  ensure
+    Fiber.set_scheduler(nil)
+  end
+
   private
+
+  def coarse_wait(io, timeout)
+    Weft.scheduler.io_wait_coarse(io, IO::READABLE, timeout)
+  end
 
   def socket_pair
     UNIXSocket.pair.tap { |pair| @sockets.concat(pair) }
   end
 
-  def assert_on_time(timeout, elapsed)
+  def assert_on_time(timeout, elapsed, late: LATE)
     assert_operator elapsed, :>=, timeout, "ended early"
-    assert_operator elapsed, :<, timeout + LATE, "ended late"
+    assert_operator elapsed, :<, timeout + late, "ended late"
   end
 end

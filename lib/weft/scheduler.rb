@@ -34,6 +34,11 @@ module Weft
     # looked a few microseconds early.
     WATCH_SLACK = 0.001
 
+    # How late past its deadline a coarse timed wait (#io_wait_coarse) may end, at most (plus
+    # the delay every timer has under load, see #run_once): the period of the sweep that ends
+    # them. Never early.
+    COARSE_INTERVAL = 0.01
+
     # Bounds a fiber's timed #io_wait, with one timer per fiber and reactor that is re-armed
     # lazily. A keep-alive connection waits for its next request with a timeout (linger, idle
     # timeout) and nearly always gets it in time; arming a timer for each such wait and
@@ -49,16 +54,26 @@ module Weft
     # most one timer, and a lapsed one leaves the heap. The price is that a timer outlives its
     # wait by up to the wait's timeout (Scheduler#statistics counts it meanwhile), holding the
     # fiber; a pooled worker fiber that ends cancels it (#park_worker).
+    #
+    # A re-armed timer has a duration of its own (the rest of a wait), so it takes a heap entry
+    # of its own: with many fibers in waits that keep being renewed (256 lingering connections),
+    # each fires once per timeout period and is sifted out of and back into a heap of hundreds.
+    # A coarse wait (#wait_coarse) arms no timer at all: the reactor's CoarseSweep ends it.
     class IOTimeout
       # @return [Timers] the reactor's timers it is armed in
       attr_reader :timers
+      # @api private: when the fiber's coarse wait ends; nil while it is in none (for the sweep)
+      attr_reader :coarse_deadline
 
-      def initialize(timers, fiber)
+      def initialize(timers, fiber, sweep)
         @timers = timers
         @fiber = fiber
+        @sweep = sweep
         @timer = nil # made by the first wait, then re-armed
         @armed = nil # the time the timer fires at; nil while it is not armed
         @deadline = nil # the time the fiber's current wait ends; nil while it is in none
+        @coarse_deadline = nil # the same for a coarse wait
+        @swept = false # whether the sweep holds it
       end
 
       # Parks the fiber in the selector until `io` is ready for `events` or `seconds` pass.
@@ -72,7 +87,21 @@ module Weft
         @deadline = nil
       end
 
+      # #wait, ended by the sweep: within its interval after `seconds`, never before.
+      # @return [Integer, false] the ready events, or false on timeout
+      def wait_coarse(selector, io, events, seconds)
+        @coarse_deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
+        unless @swept
+          @swept = true
+          @sweep.add(self)
+        end
+        selector.io_wait(@fiber, io, events)
+      ensure
+        @coarse_deadline = nil
+      end
+
       # The timer fired: ends the wait if its deadline has come, or sets the timer for the rest.
+      # A coarse wait is not its to end: the timer lapses then.
       def call
         @armed = nil
         deadline = @deadline
@@ -84,10 +113,26 @@ module Weft
         @fiber.weft_transfer(false)
       end
 
-      # Disarms the timer; for a fiber that ends, which the timer would otherwise hold on to.
+      # Called by the sweep that holds it: ends a coarse wait due by `moment` (looked at again:
+      # a fiber the sweep resumed before this one may have run since it was found due).
+      # @return [Boolean] whether the sweep is to keep it: not once it is in no coarse wait (the
+      #   fiber's next one hands it to the sweep again)
+      def sweep(moment)
+        deadline = @coarse_deadline
+        return @swept = false unless deadline
+        # The last thing done here, as in #call.
+        @fiber.weft_transfer(false) if deadline <= moment
+        true
+      end
+
+      # Disarms the timer and leaves the sweep; for a fiber that ends, which either would
+      # otherwise hold on to.
       def cancel
         @timer&.cancel
         @armed = nil
+        return unless @swept
+        @swept = false
+        @sweep.remove(self)
       end
 
       private
@@ -95,6 +140,72 @@ module Weft
       def arm(seconds)
         timer = @timer ? @timer.reschedule(seconds) : (@timer = @timers.after(seconds, self))
         @armed = timer.deadline
+      end
+    end
+
+    # Ends the reactor's coarse timed waits (IOTimeout#wait_coarse): one timer, fired every
+    # COARSE_INTERVAL while any fiber may be in such a wait, looks at each and ends those that
+    # are due. Waits that are renewed all the time (the linger of 256 busy keep-alive
+    # connections) then cost a float store each and a look per interval, instead of a timer
+    # per fiber that fires once per timeout period into a heap as large as the fibers
+    # (bench/results/server-connections.md).
+    #
+    # A wait ends once the sweep's moment (its timer's deadline, which the reactor has looked
+    # for I/O at or after, see #run_once) has reached its deadline: never before it, and at most
+    # one interval after it while the reactor keeps time. An IOTimeout joins on its first
+    # coarse wait and leaves at the first sweep that finds it in none, so the sweep looks only
+    # at fibers that were waiting at its last look or have waited since; with none left its
+    # timer lapses.
+    class CoarseSweep
+      # @param timers [Timers] the reactor's timers, where its one timer is armed
+      # @param interval [Float] seconds between sweeps: how late a coarse wait may end
+      def initialize(timers, interval)
+        @timers = timers
+        @interval = interval
+        @waiters = {}.compare_by_identity # IOTimeouts that may be in a coarse wait
+        @timer = nil # made for the first waiter, re-armed while there are any
+      end
+
+      # @return [Integer] the IOTimeouts it holds
+      def size
+        @waiters.size
+      end
+
+      # Holds `waiter` until a sweep finds it in no coarse wait; arms the timer if it is not.
+      def add(waiter)
+        @waiters[waiter] = true
+        rearm
+      end
+
+      # Lets `waiter` go (its fiber ends).
+      def remove(waiter)
+        @waiters.delete(waiter)
+      end
+
+      # The timer fired: the sweep. Most waits are not due (their next request came), so each
+      # costs an attribute read here and no call; the others are handed to IOTimeout#sweep
+      # afterwards, since a wait it ends resumes its fiber, which may wait again or end before
+      # the switch comes back.
+      def call
+        moment = @timer.deadline
+        due = nil
+        @waiters.each_key do |waiter|
+          deadline = waiter.coarse_deadline
+          (due ||= []) << waiter unless deadline && deadline > moment
+        end
+        due&.each { |waiter| @waiters.delete(waiter) unless waiter.sweep(moment) }
+        rearm unless @waiters.empty?
+      end
+
+      private
+
+      def rearm
+        timer = @timer
+        if timer.nil?
+          @timer = @timers.after(@interval, self)
+        elsif !timer.active?
+          timer.reschedule(@interval)
+        end
       end
     end
 
@@ -127,6 +238,7 @@ module Weft
       @loop_fiber = Fiber.current
       @selector = selector || IO::Event::Selector.new(@loop_fiber)
       @timers = Timers.new
+      @coarse_sweep = CoarseSweep.new(@timers, COARSE_INTERVAL)
       # Fibers parked in #suspend, mapped to what they wait for (the blocker, or true). A wake is
       # honoured only for a fiber found here, which rules out stale wake-ups (see #wake).
       @suspended = {}.compare_by_identity
@@ -375,9 +487,18 @@ module Weft
       timeout = io.timeout if timeout.nil? && IO_TIMEOUTS
       fiber = Fiber.current
       return @selector.io_wait(fiber, io, events) unless timeout
-      waiter = fiber.weft_io_timeout
-      waiter = fiber.weft_io_timeout = IOTimeout.new(@timers, fiber) unless waiter&.timers.equal?(@timers)
-      waiter.wait(@selector, io, events, timeout)
+      io_timeout(fiber).wait(@selector, io, events, timeout)
+    end
+
+    # #io_wait with a timeout that needs no precision (a server connection lingering for its
+    # next request): the wait ends no earlier than `timeout` seconds on and at most
+    # COARSE_INTERVAL after that (plus the delay every timer has under load). It arms no timer:
+    # one sweep ends every such wait that is due (CoarseSweep), which costs far less than a
+    # timer per fiber when many fibers wait and most waits end in time.
+    # @param timeout [Numeric] seconds, above 0
+    # @return [Integer, false] the ready events, or false on timeout
+    def io_wait_coarse(io, events, timeout)
+      io_timeout(Fiber.current).wait_coarse(@selector, io, events, timeout)
     end
 
     if IO::Event::Support.buffer?
@@ -591,13 +712,15 @@ module Weft
     end
 
     # Counters for statistics pages and tests. `timers` counts every armed timer, including
-    # the timer of a fiber's last timed I/O wait until it lapses (see IOTimeout).
+    # the timer of a fiber's last timed I/O wait until it lapses (see IOTimeout) and the coarse
+    # sweep's while it runs; `coarse_waiters` the fibers the sweep looks at (see CoarseSweep).
     # @return [Hash]
     def statistics
       {
         tasks: @tasks.size,
         spawned: @spawned,
         timers: @timers.size,
+        coarse_waiters: @coarse_sweep.size,
         ready: @ready.size,
         idle_fibers: @idle_fibers.size,
         lag: @lag,
@@ -667,8 +790,8 @@ module Weft
       fiber = Fiber.current
       forget_library_state(fiber)
       if @idle_fibers.size >= @fiber_pool_size
-        # The fiber ends: its io_wait timer, still armed, would keep it (and, on Ruby 3.1, its
-        # stack) alive until the timer lapsed.
+        # The fiber ends: its io_wait timer, still armed, or the coarse sweep would keep it
+        # (and, on Ruby 3.1, its stack) alive until the timer lapsed or the next sweep.
         fiber.weft_io_timeout&.cancel
         return nil
       end
@@ -689,6 +812,13 @@ module Weft
     # The Fiber instance variables Weft itself keeps for reuse (see fiber_control.rb).
     WEFT_FIBER_STATE = %i[@weft_io_timeout @weft_suspend_timeout].freeze
     private_constant :WEFT_FIBER_STATE
+
+    # The fiber's IOTimeout for this reactor, made on its first timed I/O wait here.
+    def io_timeout(fiber)
+      waiter = fiber.weft_io_timeout
+      return waiter if waiter&.timers.equal?(@timers)
+      fiber.weft_io_timeout = IOTimeout.new(@timers, fiber, @coarse_sweep)
+    end
 
     # The fiber's SuspendTimeout for this reactor, made on its first timed wait here.
     def suspend_timeout(fiber)

@@ -55,6 +55,27 @@ class ServerTimeoutsTest < Minitest::Test
     end
   end
 
+  # After its second request a kept-alive connection lingers in its fiber for `linger`, then is
+  # parked: not earlier (the client's clock starts when it has the response, a little after
+  # the server's), and not much later (the linger wait is coarse: up to
+  # Scheduler::COARSE_INTERVAL late, plus this shared machine's delays).
+  def test_a_lingering_connection_is_parked_after_linger
+    with_server(HELLO, linger: 0.3) do |server, port|
+      socket = connect(port)
+      2.times do
+        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal 200, read_response(socket).status
+      end
+      answered = Weft::Timers.now
+      sleep 0.002 until server.idle_pool.size == 1 || Weft::Timers.now - answered > 3
+      parked = Weft::Timers.now - answered
+      assert_operator parked, :>=, 0.3 - 0.02, "parked before its linger ran out"
+      assert_operator parked, :<, 0.3 + Weft::Scheduler::COARSE_INTERVAL + 0.25, "parked late"
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal 200, read_response(socket).status, "answered once woken from the idle pool"
+    end
+  end
+
   # The idle timer fires after the reactor's poll, and the poll itself may run fibers for a
   # while (io-event resumes a fiber waiting on I/O from inside it). A request that arrived on
   # a parked connection meanwhile is in its socket, not yet seen by the idle pool's watcher:

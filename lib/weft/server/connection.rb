@@ -272,12 +272,17 @@ module Weft
         return true if (speculative || @stream.tls?) && fill_now
         return drain if @host.stopping?
         linger = @settings.linger
-        # The reactor's io_wait hook is called directly, as IO#wait_readable would call it, minus
-        # the way there: IO#wait_readable reaches the hook from C (rb_io_wait, then a call into
-        # Ruby that enters the VM anew), which every lingering fiber's stack also holds while it
-        # waits. A connection is only served inside the server's reactor, and the socket's own
-        # read buffer, which IO#wait_readable looks at first, is never used (reads are recv(2)).
-        if linger&.positive? && @requests > 1 && Fiber.scheduler.io_wait(@socket, IO::READABLE, linger) && fill_now
+        # The reactor is asked directly, not through IO#wait_readable: that reaches the
+        # scheduler from C (rb_io_wait, then a call into Ruby that enters the VM anew), which
+        # every lingering fiber's stack also holds while it waits. A connection is only served
+        # inside the server's reactor, and the socket's own read buffer, which IO#wait_readable
+        # looks at first, is never used (reads are recv(2)).
+        #
+        # The wait is coarse (Scheduler#io_wait_coarse: it ends up to 10 ms past `linger`): a
+        # linger needs no precision, and a busy connection renews its wait with every request,
+        # which a timer per fiber paid for with a heap entry of its own that fired once per
+        # linger (bench/results/server-connections.md).
+        if linger&.positive? && @requests > 1 && Fiber.scheduler.io_wait_coarse(@socket, IO::READABLE, linger) && fill_now
           return true
         end
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
