@@ -28,7 +28,11 @@ unless Rake::Task.task_defined?("weft_http1:build")
           sh RbConfig.ruby, File.join(root, "ext", name, "extconf.rb")
           sh "make", "-j4"
         end
-        FileUtils.cp(File.join(build_dir, "#{name}.#{dlext}"), target)
+        # Copied beside the target and renamed over it: a new file, not the old one rewritten,
+        # so a server running from this checkout keeps the library it mapped instead of
+        # crashing on code changed under it.
+        FileUtils.cp(File.join(build_dir, "#{name}.#{dlext}"), "#{target}.tmp")
+        File.rename("#{target}.tmp", target)
         puts "built #{target}"
       end
 
