@@ -15,18 +15,6 @@ class PostgresDeadlineTest < Minitest::Test
 
   include Weft::Test::PostgresPools
 
-  def teardown
-    @proxy&.close
-    super
-  end
-
-  # A pool whose connections (and cancel requests) go through a HoldingProxy.
-  def proxied_pool(**options)
-    @proxy = Weft::Test::HoldingProxy.new(postgres.host, postgres.port)
-    url = "postgres://postgres@127.0.0.1:#{@proxy.port}/postgres"
-    Weft::Postgres::Pool.new(url, **options).tap { |created| @pools << created }
-  end
-
 
   def assert_deadline_error(outcome, took, deadline)
     assert_kind_of Weft::DeadlineExceeded, outcome

@@ -55,17 +55,6 @@ class PostgresPoolCapacityTest < Minitest::Test
     end
   end
 
-  def teardown
-    @proxy&.close
-    super
-  end
-
-  # A pool whose connections go through a HoldingProxy, which can make connects slow.
-  def proxied_pool(**options)
-    @proxy = Weft::Test::HoldingProxy.new(postgres.host, postgres.port)
-    pool(target: "postgres://postgres@127.0.0.1:#{@proxy.port}/postgres?sslmode=disable&gssencmode=disable", **options)
-  end
-
   # Ends the lease's backend from the server side and gives the lease back: the pool closes
   # the connection, which leaves room for a new one.
   def terminate(lease)

@@ -17,12 +17,20 @@ module Weft
       def teardown
         @pools.each(&:close)
         @monitor&.close
+        @proxy&.close
         super
       end
 
       # @return [Weft::Postgres::Pool] on the test cluster (or `target`), closed after the test
       def pool(target: postgres.url, **options)
         Weft::Postgres::Pool.new(target, **options).tap { |created| @pools << created }
+      end
+
+      # @return [Weft::Postgres::Pool] a pool whose connections (and cancel requests) go through
+      #   a HoldingProxy (@proxy), which can hold them up; both closed after the test
+      def proxied_pool(**options)
+        @proxy = Weft::Test::HoldingProxy.new(postgres.host, postgres.port)
+        pool(target: "postgres://postgres@127.0.0.1:#{@proxy.port}/postgres?sslmode=disable&gssencmode=disable", **options)
       end
 
       # Runs the block in a reactor, failing it after `seconds`.
