@@ -5,6 +5,7 @@ require "socket"
 require "pg"
 require_relative "errors"
 require_relative "request"
+require_relative "result_reader"
 require_relative "background"
 require_relative "server_time"
 require_relative "trace"
@@ -60,7 +61,9 @@ module Weft
       # SQLSTATE query_canceled: a cancel request (or statement_timeout) ended the statement.
       QUERY_CANCELED = "57014"
       # Result statuses of a statement that ran to its end.
-      SUCCEEDED = [PG::PGRES_TUPLES_OK, PG::PGRES_COMMAND_OK, PG::PGRES_EMPTY_QUERY].freeze
+      SUCCEEDED = ResultReader::SUCCEEDED
+      # What takes the results libpq has complete (C where it can, see ResultReader).
+      READER = ResultReader::READER
       # SQLSTATEs (or their classes) of errors a statement meets only because its segment ran
       # as one transaction with other callers' statements: transaction rollback (deadlock,
       # serialization failure), invalid transaction state ("cannot run inside a transaction
@@ -88,6 +91,8 @@ module Weft
         @queue = []    # requests sent whose results are not all in yet, in send order
         @segment = []  # requests whose results are in, waiting for their segment's sync point
         @unsynced = 0  # requests sent since the last sync point (the segment being built)
+        @syncs = 0     # sync points sent whose results have not come back
+        @results = []  # what the reader takes from libpq in one go (#settle_ready), reused
         @clean = true  # every result of the segment being read so far succeeded
         # Condition variables of the callers waiting here, in arrival order (a Hash: callers
         # leave from anywhere in the line, and deleting from an Array would cost its length).
@@ -98,6 +103,7 @@ module Weft
         @abandoned = 0      # abandoned statements in flight
         @draining = false
         @flush_scheduled = false
+        @reader_flushes = false # the reader flushes when the socket turns writable (#lead)
         # The end-of-turn flush: one timer, re-armed for every segment rather than a new timer
         # and block each time, on the timers of the reactor it was made in.
         @flush_timer = nil
@@ -146,7 +152,10 @@ module Weft
         depth = @queue.size + @segment.size
         return nil if depth >= limit
         head = @queue[0] or return depth
-        now - segment_start(head) > stall_after ? depth + limit : depth
+        started = head.sent_at # #segment_start, inlined
+        progress = @progress_at
+        started = progress if progress && progress > started
+        now - started > stall_after ? depth + limit : depth
       end
 
       # Whether a statement may be sent here at all, a slow one in flight or not: fewer than
@@ -225,6 +234,7 @@ module Weft
         @raw.__send__(SEND_SYNC)
         @queue.last.segment_end = true
         @unsynced = 0
+        @syncs += 1
       end
 
       # Closes the segment being built and writes what libpq holds.
@@ -278,7 +288,9 @@ module Weft
         return unless @lock.try_lock # a thread holds it: the reader flushes on its next turn
         begin
           @flush_scheduled = false
-          flush unless @raw.finished?
+          # A reader that waits to flush as the socket turns writable (#lead) does it in the next
+          # poll, which comes after the fibers woken meanwhile have sent their statements too.
+          flush unless @raw.finished? || @reader_flushes
         rescue PG::Error, IOError, SystemCallError
           nil # the reader meets the same failure and fails the statements in flight
         ensure
@@ -325,11 +337,28 @@ module Weft
 
       # Reads results until the block is true (or the deadline passes), as the connection's
       # reader.
+      #
+      # A caller that takes the role as it sends its statement, with a flush scheduled for the
+      # end of the reactor's turn (#schedule_flush), does not flush at once: that would send its
+      # statement alone, and the statements the turn's other fibers send after it in a segment
+      # of their own, two sync points where one does. It waits for the socket to turn writable
+      # too, which the reactor's next poll finds once the fibers ready before it have all run,
+      # and flushes what they sent with its own, in one segment. (A caller woken inside a poll,
+      # as the reader before it is, comes here before the fibers it woke have run: the flush at
+      # the end of that poll's turn leaves its statement to it, see #deferred_flush.)
       def lead(condition, deadline)
         @reader = condition
+        deferred = @flush_scheduled
         until yield
-          @flush_scheduled = false
-          events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
+          if deferred
+            deferred = false
+            @reader_flushes = true
+            events = IO::READABLE | IO::WRITABLE
+          else
+            @reader_flushes = false
+            @flush_scheduled = false
+            events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
+          end
           settle_ready
           # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
           break if yield || in_flight_none? || deadline&.expired?
@@ -338,6 +367,14 @@ module Weft
       rescue PG::Error, IOError, SystemCallError => e
         lost(e)
       ensure
+        if @reader_flushes # left before it flushed (its deadline, a cancellation): the timer does
+          @reader_flushes = false
+          begin
+            schedule_flush
+          rescue PG::Error, IOError, SystemCallError
+            nil # whoever reads next meets the same failure
+          end
+        end
         @reader = nil
         @owner.connection_lost(self) if @connection.broken? # see #lost
         @waiters.each_key do |waiter|
@@ -351,10 +388,13 @@ module Weft
       # brings arrived after the read before it (which found it not in), and after the moment
       # the socket became ready, when the reactor can tell (ServerTime): that is the earliest a
       # segment whose sync point it brings can have ended on the server (#settle_segment).
+      # Woken only because the socket can be written to (#lead), it reads nothing.
       def wait_and_read(events, timeout)
         io = @raw.socket_io
         waiting_since = Timers.now
-        @owner.unlocked { io.wait(events, timeout) }
+        ready = @owner.unlocked { io.wait(events, timeout) }
+        return if ready.is_a?(Integer) && (ready & IO::READABLE).zero?
+
         ready_after = ServerTime.ready_after(waiting_since)
         read_at = @read_at
         @raw.consume_input
@@ -362,32 +402,31 @@ module Weft
         @arrived_after = ready_after && ready_after > read_at ? ready_after : read_at
       end
 
-      # Takes every result libpq has complete without waiting, and settles the statements of
-      # each segment whose sync point came back.
+      # Takes every result libpq has complete without waiting (ResultReader), and settles the
+      # statements of each segment whose sync point came back.
       def settle_ready
-        raw = @raw
+        return if @syncs.zero?
+        results = @results
+        failed = READER.take(@raw, results, @syncs)
         queue = @queue
-        until (queue.empty? && @segment.empty?) || raw.is_busy
-          result = raw.sync_get_result
+        results.each do |result|
           if result.nil? # the end of the head statement's results
             request = queue.shift or next
             @clean = false if request.result.nil?
             @segment << request
-            next
-          end
-          status = result.result_status
-          if status == PG::PGRES_PIPELINE_SYNC
-            # Freed now rather than when the garbage collector sweeps it: pg counts a result's
-            # memory towards the next collection until it is cleared.
-            result.clear
+          elsif result.equal?(true) # a sync point
+            @syncs -= 1
             settle_segment
+            break if @connection.broken? # sending a statement again failed: everything failed with it
           elsif (request = queue[0])
             request.result ? result.clear : request.result = result
-            next if SUCCEEDED.include?(status)
+            next if failed.zero? || SUCCEEDED.include?(result.result_status)
             @clean = false
             raise PG::ConnectionBad, result.error_message if @raw.status != PG::CONNECTION_OK
           end
         end
+      ensure
+        results&.clear
       end
 
       # A segment's sync point came back: its statements are committed, or, if one failed,
@@ -518,6 +557,7 @@ module Weft
         @queue = []
         @segment = []
         @unsynced = 0
+        @syncs = 0
         @unwritten = 0
         @abandoned = 0
         @slow_in_flight = 0
