@@ -103,7 +103,6 @@ module Weft
         @abandoned = 0      # abandoned statements in flight
         @draining = false
         @flush_scheduled = false
-        @reader_flushes = false # the reader flushes when the socket turns writable (#lead)
         # The end-of-turn flush: one timer, re-armed for every segment rather than a new timer
         # and block each time, on the timers of the reactor it was made in.
         @flush_timer = nil
@@ -288,9 +287,7 @@ module Weft
         return unless @lock.try_lock # a thread holds it: the reader flushes on its next turn
         begin
           @flush_scheduled = false
-          # A reader that waits to flush as the socket turns writable (#lead) does it in the next
-          # poll, which comes after the fibers woken meanwhile have sent their statements too.
-          flush unless @raw.finished? || @reader_flushes
+          flush unless @raw.finished?
         rescue PG::Error, IOError, SystemCallError
           nil # the reader meets the same failure and fails the statements in flight
         ensure
@@ -336,29 +333,16 @@ module Weft
       end
 
       # Reads results until the block is true (or the deadline passes), as the connection's
-      # reader.
-      #
-      # A caller that takes the role as it sends its statement, with a flush scheduled for the
-      # end of the reactor's turn (#schedule_flush), does not flush at once: that would send its
-      # statement alone, and the statements the turn's other fibers send after it in a segment
-      # of their own, two sync points where one does. It waits for the socket to turn writable
-      # too, which the reactor's next poll finds once the fibers ready before it have all run,
-      # and flushes what they sent with its own, in one segment. (A caller woken inside a poll,
-      # as the reader before it is, comes here before the fibers it woke have run: the flush at
-      # the end of that poll's turn leaves its statement to it, see #deferred_flush.)
+      # reader. It flushes at once what it finds unsent, its own statement included: a statement
+      # left in libpq's buffer until the reactor's next poll (to share a segment with the
+      # statements the turn's other fibers send after it) counted the time the reactor spent
+      # running those fibers as the statement's own, and on a busy reactor short statements
+      # were then marked slow (server_time_test; bench/results/postgres.md, "Third pass").
       def lead(condition, deadline)
         @reader = condition
-        deferred = @flush_scheduled
         until yield
-          if deferred
-            deferred = false
-            @reader_flushes = true
-            events = IO::READABLE | IO::WRITABLE
-          else
-            @reader_flushes = false
-            @flush_scheduled = false
-            events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
-          end
+          @flush_scheduled = false
+          events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
           settle_ready
           # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
           break if yield || in_flight_none? || deadline&.expired?
@@ -367,14 +351,6 @@ module Weft
       rescue PG::Error, IOError, SystemCallError => e
         lost(e)
       ensure
-        if @reader_flushes # left before it flushed (its deadline, a cancellation): the timer does
-          @reader_flushes = false
-          begin
-            schedule_flush
-          rescue PG::Error, IOError, SystemCallError
-            nil # whoever reads next meets the same failure
-          end
-        end
         @reader = nil
         @owner.connection_lost(self) if @connection.broken? # see #lost
         @waiters.each_key do |waiter|
