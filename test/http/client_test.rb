@@ -34,6 +34,10 @@ class HTTPClientTest < Minitest::Test
     assert_equal "t1", response["X-Seen"]
     assert_equal ["a=1"], response.headers.all("Set-Cookie")
     assert_equal "DELETE /x?", http.delete("/x").body
+    # Methods as symbols or in any case, and one outside the common set, go out upper-case.
+    assert_equal "PUT /s?", http.request(:put, "/s").body
+    assert_equal "PATCH /p?", http.request("Patch", "/p").body
+    assert_equal "PURGE /c?", http.request(:purge, "/c").body
     assert_equal "weft/#{Weft::VERSION}", srv.requests.first.env["HTTP_USER_AGENT"]
     assert_equal "127.0.0.1:#{srv.port}", srv.requests.first.env["HTTP_HOST"]
   end
@@ -145,6 +149,32 @@ class HTTPClientTest < Minitest::Test
       socket.write("HTTP/1.0 200 OK\r\n\r\nuntil close")
     end
     assert_equal "until close", client(raw.url).get("/").body
+  end
+
+  # Response fields are looked up by scanning what arrived (no index is built per response):
+  # any case, repeats joined in order, and the request's own fields win over the client's.
+  def test_response_fields_any_case_and_repeated_and_request_fields_override_the_defaults
+    seen = nil
+    srv = server(raw: true) do |socket|
+      seen = socket.readpartial(4096)
+      socket.write("HTTP/1.1 200 OK\r\nX-Tag: a\r\nContent-Length: 2\r\nx-tag: b\r\nSet-Cookie: s=1\r\n" \
+                   "SET-COOKIE: t=2\r\nConnection: close\r\n\r\nok")
+    end
+    response = client(srv.url).get("/", headers: { "user-agent" => "mine/1", "Accept-Encoding" => "identity",
+                                                   "Host" => "example.test" })
+    assert_equal "a, b", response["X-TAG"]
+    assert_equal "a, b", response.headers[:"x-tag"]
+    assert_equal %w[s=1 t=2], response.headers.all("set-cookie")
+    assert response.headers.key?("Content-length")
+    refute response.headers.key?("x-missing")
+    assert_nil response["x-missing"]
+    assert_equal({ "x-tag" => "a, b", "content-length" => "2", "set-cookie" => "s=1, t=2", "connection" => "close" },
+                 response.headers.to_h)
+    head = seen.split("\r\n")
+    assert_equal "GET / HTTP/1.1", head.first
+    assert_equal ["user-agent: mine/1"], head.grep(/\Auser-agent:/i)
+    assert_equal ["Accept-Encoding: identity"], head.grep(/\Aaccept-encoding:/i)
+    assert_equal ["Host: example.test"], head.grep(/\Ahost:/i)
   end
 
   def test_bodiless_responses_free_the_connection

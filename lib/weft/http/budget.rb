@@ -33,6 +33,10 @@ module Weft
       # Timeout's asynchronous raises (in a plain thread, Weft.deadline is Timeout.timeout): held
       # back until the request waits, where they end the wait, since between waits they could cut
       # the pool's bookkeeping in half; and held back entirely while a connection is handed back.
+      # Under a fiber scheduler there are none to hold back: Weft.deadline and Timeout.timeout
+      # raise into the fiber from the scheduler's timer, which can only run while the fiber
+      # waits (and which masks would not hold back anyway), so no mask is set up there (each is
+      # a Hash and a push and pop, twice per request).
       ASYNC_TIMEOUTS = [Timeout::Error, (Timeout::ExitException if defined?(Timeout::ExitException))].compact.freeze
       DEFERRED = ASYNC_TIMEOUTS.to_h { |error| [error, :on_blocking] }.freeze
       HELD = ASYNC_TIMEOUTS.to_h { |error| [error, :never] }.freeze
@@ -50,21 +54,33 @@ module Weft
       # asynchronous raise cut it short; one that arrives meanwhile is raised when it is done.
       # Closing a socket checks for such interrupts, and a raise caught there would be lost.
       def self.uninterrupted(&block)
+        return yield if scheduled?
         Thread.handle_interrupt(HELD, &block)
+      end
+
+      # @return [Boolean] whether the caller runs under a fiber scheduler, where timeouts arrive
+      #   at waits only (see ASYNC_TIMEOUTS)
+      def self.scheduled?
+        !Fiber.scheduler.nil? && !Fiber.current.blocking?
       end
 
       # @return [Deadline, nil] the total deadline: the earlier of the request's and the caller's
       attr_reader :deadline
 
-      # @param connect [Numeric, nil] seconds for DNS + TCP connect + TLS handshake
-      # @param read [Numeric, nil] seconds for any single read
-      # @param write [Numeric, nil] seconds for any single write
-      # @param acquire [Numeric, nil] seconds to wait for a free pooled connection
-      # @param header [Numeric, nil] seconds from sending a request to having its response head
-      # @param body [Numeric, nil] seconds from the response head to the end of the body
+      # The seconds each kind of wait may last (nil: no limit), for #initialize: connect (DNS +
+      # TCP connect + TLS handshake), read (any single read), write (any single write), acquire
+      # (waiting for a free pooled connection), header (from sending a request to having its
+      # response head), body (from the response head to the end of the body).
+      # @return [Hash{Symbol => Numeric, nil}] frozen
+      def self.limits(connect: nil, read: nil, write: nil, acquire: nil, header: nil, body: nil)
+        { connect: connect, read: read, write: write, acquire: acquire, header: header, body: body }.freeze
+      end
+
+      # @param limits [Hash] from Budget.limits: a client makes it once and gives it to every
+      #   request that does not override a timeout
       # @param deadline [Numeric, nil] seconds for the whole request, from now
-      def initialize(connect: nil, read: nil, write: nil, acquire: nil, header: nil, body: nil, deadline: nil)
-        @timeouts = { connect: connect, read: read, write: write, acquire: acquire, header: header, body: body }
+      def initialize(limits, deadline = nil)
+        @timeouts = limits
         own = deadline && Deadline.after(deadline)
         @deadline = Deadline.earliest(own, Deadline.current)
         @callers_deadline = !@deadline.nil? && !@deadline.equal?(own)
@@ -148,7 +164,7 @@ module Weft
       # exception passes unchanged.
       # @param defer [Boolean] hold Timeout's asynchronous raises back until the step waits
       def enforce(defer: false)
-        return Thread.handle_interrupt(DEFERRED) { enforce { yield } } if defer
+        return Thread.handle_interrupt(DEFERRED) { enforce { yield } } if defer && !Budget.scheduled?
 
         begin
           yield
