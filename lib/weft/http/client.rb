@@ -107,6 +107,9 @@ module Weft
         @connector = Connector.new(ssl: @options[:ssl], proxy: build_proxy(@options[:proxy]))
         @default_headers = Request.fields(@options[:headers])
         @breakers = @options[:breaker] && build_breakers(@options[:breaker])
+        # Keyed by the origin's String (Origin#to_s), not the Origin: a Hash key whose class
+        # defines #hash makes every lookup go through Ruby's recursion guard, whose table is
+        # fiber-local, so each new task made it anew (two Hashes per request).
         @pools = {}
         @pools_lock = Thread::Mutex.new
         @closed = false
@@ -169,7 +172,7 @@ module Weft
 
       # @return [Hash{String => Hash}] per origin, the pool's statistics (see Weft::Pool)
       def statistics
-        @pools_lock.synchronize { @pools.to_h { |origin, pool| [origin.to_s, pool.statistics] } }
+        @pools_lock.synchronize { @pools.transform_values(&:statistics) }
       end
 
       def inspect
@@ -423,7 +426,7 @@ module Weft
 
       def pool_for(origin)
         @pools_lock.synchronize do
-          @pools[origin] ||= Weft::Pool.new(
+          @pools[origin.to_s] ||= Weft::Pool.new(
             limit: @options[:limit], max_creating: @options[:max_connecting], idle_timeout: @options[:idle_timeout],
             max_uses: @options[:max_uses],
             max_age: @options[:max_age], check: :healthy?.to_proc, close: :close.to_proc
