@@ -253,6 +253,23 @@ class HTTPClientTest < Minitest::Test
     assert_equal 10, srv.connections
   end
 
+  # max_connecting: a burst against an origin slower than a connect still gets a connection per
+  # request (the pool grows on while none comes back), in waves of max_connecting; against a
+  # fast one, the burst shares the first wave instead of opening a connection per request.
+  def test_a_burst_opens_connections_in_waves_and_grows_only_while_none_comes_back
+    slow = server { |_| sleep 0.3; [200, {}, "slow"] }
+    http = client(slow.url, limit: 50, max_connecting: 4)
+    assert_elapsed_under(0.9) do
+      Weft.run { assert_equal ["slow"] * 12, Weft.map(1..12) { http.get("/").body } }
+    end
+    assert_equal 12, slow.connections
+    fast = server { |_| [200, {}, "fast"] }
+    http = client(fast.url, limit: 50, max_connecting: 4)
+    Weft.run { assert_equal ["fast"] * 200, Weft.map(1..200) { http.get("/").body } }
+    assert_operator fast.connections, :<=, 12, "a fast origin got a connection per request"
+    assert_raises(ArgumentError) { client(fast.url, max_connecting: 0) }
+  end
+
   def test_per_origin_limit_queues_and_acquire_timeout
     srv = server { sleep 0.3; [200, {}, "ok"] }
     http = client(srv.url, limit: 2)

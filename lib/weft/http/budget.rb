@@ -33,10 +33,9 @@ module Weft
       # Timeout's asynchronous raises (in a plain thread, Weft.deadline is Timeout.timeout): held
       # back until the request waits, where they end the wait, since between waits they could cut
       # the pool's bookkeeping in half; and held back entirely while a connection is handed back.
-      # Under a fiber scheduler there are none to hold back: Weft.deadline and Timeout.timeout
-      # raise into the fiber from the scheduler's timer, which can only run while the fiber
-      # waits (and which masks would not hold back anyway), so no mask is set up there (each is
-      # a Hash and a push and pop, twice per request).
+      # Inside a reactor Weft.deadline and Timeout.timeout raise from the scheduler's timer,
+      # at waits, but a Timeout around the whole reactor still raises from its own thread,
+      # anywhere: the masks stay there too (0.2 µs and one object each, measured on 3.3).
       ASYNC_TIMEOUTS = [Timeout::Error, (Timeout::ExitException if defined?(Timeout::ExitException))].compact.freeze
       DEFERRED = ASYNC_TIMEOUTS.to_h { |error| [error, :on_blocking] }.freeze
       HELD = ASYNC_TIMEOUTS.to_h { |error| [error, :never] }.freeze
@@ -54,14 +53,7 @@ module Weft
       # asynchronous raise cut it short; one that arrives meanwhile is raised when it is done.
       # Closing a socket checks for such interrupts, and a raise caught there would be lost.
       def self.uninterrupted(&block)
-        return yield if scheduled?
         Thread.handle_interrupt(HELD, &block)
-      end
-
-      # @return [Boolean] whether the caller runs under a fiber scheduler, where timeouts arrive
-      #   at waits only (see ASYNC_TIMEOUTS)
-      def self.scheduled?
-        !Fiber.scheduler.nil? && !Fiber.current.blocking?
       end
 
       # @return [Deadline, nil] the total deadline: the earlier of the request's and the caller's
@@ -164,7 +156,7 @@ module Weft
       # exception passes unchanged.
       # @param defer [Boolean] hold Timeout's asynchronous raises back until the step waits
       def enforce(defer: false)
-        return Thread.handle_interrupt(DEFERRED) { enforce { yield } } if defer && !Budget.scheduled?
+        return Thread.handle_interrupt(DEFERRED) { enforce { yield } } if defer
 
         begin
           yield
