@@ -66,7 +66,7 @@ module Weft
       #   (nil: up to `limit`). A burst of requests beyond it waits for a connection to open or
       #   to come back, and the pool grows on only while none comes back: against an origin
       #   that answers faster than a connection opens, a burst of 1,000 requests opens a few
-      #   dozen connections instead of 1,000 (bench/results/http_client.md).
+      #   dozen connections instead of 1,000 (docs/http_client.md, "Bursts").
       # @param idle_timeout [Numeric, nil] close connections idle this long (seconds)
       # @param max_uses [Integer, nil] requests per connection before it is replaced (old name:
       #   max_requests)
