@@ -783,7 +783,9 @@ module Weft
     # a fresh fiber per task would let a burst of tens of thousands of tasks exhaust the
     # process's memory mappings before the GC runs.)
     def worker_fiber
-      fiber = Fiber.new(blocking: false) do |task|
+      # Non-blocking is Fiber.new's default; saying so (`blocking: false`, a keyword to a C
+      # method) cost two Hashes per fiber.
+      fiber = Fiber.new do |task|
         while task
           task.execute
           task = park_worker(task)
