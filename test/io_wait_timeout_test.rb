@@ -279,6 +279,25 @@ class IOWaitTimeoutTest < Minitest::Test
     end
   end
 
+  # The server's request loop fetches its fiber's waiter once (Scheduler#coarse_waiter) and
+  # waits with it for every request: each wait is a coarse wait like #io_wait_coarse's.
+  def test_a_fibers_coarse_waiter_serves_wait_after_wait
+    reader, writer = socket_pair
+    Weft.run do
+      waiter = Weft.scheduler.coarse_waiter
+      assert_same waiter, Weft.scheduler.coarse_waiter, "one per fiber and reactor"
+      3.times do
+        Weft.spawn { sleep 0.01; writer.write("x") }
+        assert_equal IO::READABLE, waiter.wait_coarse(reader, IO::READABLE, 1)
+        reader.read_nonblock(1)
+      end
+      result, elapsed = timed { waiter.wait_coarse(reader, IO::READABLE, 0.05) }
+      assert_equal false, result
+      assert_on_time 0.05, elapsed, late: COARSE + LATE
+      refute_same waiter, Weft.spawn { Weft.scheduler.coarse_waiter }.wait, "another fiber's is its own"
+    end
+  end
+
   # A worker fiber that ends (the pool is full) leaves the sweep at once.
   def test_a_fiber_that_ends_leaves_the_sweep
     reader, writer = socket_pair

@@ -134,6 +134,35 @@ class PoolTest < Minitest::Test
     assert_equal 1, pool.statistics[:size]
   end
 
+  # With max_creating, a burst of checkouts creates that many resources at a time; the rest wait
+  # for whichever comes first, a creation ending or a resource coming back, and take a returned
+  # resource rather than create one.
+  def test_max_creating_bounds_creations_in_flight_and_waiters_take_returned_resources
+    creating = 0
+    peak = 0
+    created = 0
+    pool = Weft::Pool.new(limit: 10, max_creating: 2) do
+      creating += 1
+      peak = [peak, creating].max
+      sleep 0.05 # a connect
+      creating -= 1
+      created += 1
+    end
+    assert_raises(ArgumentError) { Weft::Pool.new(limit: 1, max_creating: 0) { nil } }
+    assert_elapsed_under(2) do
+      Weft.run do
+        # Each holder keeps its resource for a moment, much shorter than a creation.
+        Weft.map(1..20) { pool.with { sleep 0.001 } }
+      end
+    end
+    assert_equal 2, peak
+    stats = pool.statistics
+    assert_operator created, :<, 10, "waiters created resources instead of taking returned ones"
+    assert_equal created, stats[:created]
+    assert_equal 20, stats[:checkouts]
+    assert_equal 0, stats[:waiting]
+  end
+
   def test_discard_wakes_a_waiter_and_prune_and_clear
     pool, closed = build(limit: 1, idle_timeout: 0.05)
     held = pool.checkout

@@ -14,7 +14,7 @@ module RingpoolBench
   # second around each fault, per server.
   #
   #   FAULT_RATE=100  FAULT_SECONDS=40  FAULT_AT=12  STALL_SECONDS=10  (and run.rb's POOLS, SIZES,
-  #   LOCKOUT, ITEMS, BODIES, SEED, SHARDS, SERVERS, HEADROOM, TIMEOUT_MS)
+  #   LOCKOUT, ITEMS, BODIES, SEED, SHARDS, SERVERS, HEADROOM, RAMP, TIMEOUT_MS)
   module Faults
     SCENARIOS = %w[stall pg_restart].freeze
 
@@ -70,7 +70,7 @@ module RingpoolBench
     def run_scenario(config, settings, scenario, server, cluster, jmeter, bodies)
       groups, = JMeter.schedules(settings.rate)
       threads = groups.sum { |per_second, _| [(per_second * config.headroom).ceil, 2].max }
-      startup = 5 + (threads / 100.0).ceil
+      startup = 5 + (threads / 100.0).ceil + config.ramp
       fault = nil
       injector = Thread.new do
         jtl = File.join(TMP, server.name, "#{scenario}.jtl")
@@ -78,7 +78,8 @@ module RingpoolBench
         sleep settings.fault_at
         fault = inject(scenario, settings, server, cluster)
       end
-      result = jmeter.run(rate: settings.rate, seconds: startup + settings.seconds, headroom: config.headroom, port: server.port,
+      result = jmeter.run(rate: settings.rate, seconds: startup + settings.seconds, headroom: config.headroom, ramp_seconds: config.ramp,
+                          port: server.port,
                           bodies: bodies, timeout_ms: config.timeout_ms, log_prefix: File.join(TMP, server.name, scenario))
       injector.join
       Outcome.new(server: server.name, scenario: scenario, samples: result[:samples].sort_by(&:start),

@@ -23,10 +23,11 @@ module RingpoolBench
 
     # Sends POST /allocations at `rate` for `seconds`; see Bench::JMeter#run.
     # @param bodies [String] a file of request bodies, one JSON document a line (no tabs)
-    def run(rate:, seconds:, headroom:, port:, bodies:, timeout_ms:, log_prefix:, &block)
+    def run(rate:, seconds:, headroom:, port:, bodies:, timeout_ms:, log_prefix:, ramp_seconds: 0, &block)
       request = Request.new(port: port, method: "POST", path: "/allocations", content_type: "application/json",
                             file: bodies, columns: %w[body])
-      super(rate: rate, seconds: seconds, headroom: headroom, request: request, timeout_ms: timeout_ms, log_prefix: log_prefix, &block)
+      super(rate: rate, seconds: seconds, headroom: headroom, request: request, timeout_ms: timeout_ms, log_prefix: log_prefix,
+            ramp_seconds: ramp_seconds, &block)
     end
   end
 end

@@ -110,7 +110,8 @@ module RingpoolBench
         Load tool: JMeter #{JMeter.version} (Debian, non-GUI, `bench/support/open_loop.jmx`, request from `bench/ringpool/jmeter.rb`) on
         #{JMeter.java_version}; PostgreSQL #{@postgres} (a private cluster: fsync off, synchronous_commit off,
         shared_buffers 32 MB); servers: #{@runs.map(&:name).join(', ')}, #{@config.shards} shards each. Everything —
-        load generator, shards, PostgreSQL — on this one machine.
+        load generator, shards, PostgreSQL — on this one machine. Each rate is a JMeter run of its own, its threads
+        started over #{@config.ramp} s (RAMP), measured from #{@config.warmup} s after the last one started for #{@config.step} s.
 
         **The machine was shared.** `uptime` before the run: `#{@uptime_before}`; after: `#{@uptime_after}`.
         #{load >= 1 ? "A 1-minute load of #{load} on #{Etc.nprocessors} cores before the run started: other jobs (builds, tests and benchmarks of other work on this machine) took CPU throughout, so every figure here is a floor, not what the machine can do alone." : "Little else was running when the run started."}

@@ -24,6 +24,10 @@
 # A rate breaks when less than 90% of it is achieved, its p90 passes BREAK_P90 seconds, or more
 # than 5% of its requests fail. Environment, with defaults:
 #   RATES=25,50,100,150,200,250,500,1000,1500,2000  STEP_UP=500  MAX_RATE=4000  STEP=10  WARMUP=5
+#   RAMP=3 (seconds over which JMeter starts its threads: with 0, every thread's first request
+#   leaves at once, a burst of rate × HEADROOM requests that, with the JVM warming up beside it,
+#   made the peers late for 1-2 s and opened their breakers for the next 11 s, measured window
+#   included; see bench/results/ringpool-notes.md)
 #   HEADROOM=0.5 (seconds of latency JMeter's threads absorb: threads = rate × HEADROOM)
 #   POOLS=2000  SIZES=2-500  LOCKOUT=1  ITEMS=40  BODIES=5000  SEED=1
 #   SHARDS=<cores>  SERVERS=weft,puma,falcon  PUMA_THREADS=32  BREAK_P90=1.0  TIMEOUT_MS=5000
@@ -55,7 +59,7 @@ module RingpoolBench
 
   # The run's settings, from the environment.
   class Config
-    attr_reader :rates, :step_up, :max_rate, :step, :warmup, :headroom, :pools, :sizes, :lockout, :items, :bodies,
+    attr_reader :rates, :step_up, :max_rate, :step, :warmup, :ramp, :headroom, :pools, :sizes, :lockout, :items, :bodies,
                 :seed, :shards, :servers, :break_p90, :timeout_ms, :out
 
     def initialize(env = ENV)
@@ -64,6 +68,7 @@ module RingpoolBench
       @max_rate = Integer(env.fetch("MAX_RATE", (JMeter::GROUPS * 1000).to_s))
       @step = Integer(env.fetch("STEP", "10"))
       @warmup = Integer(env.fetch("WARMUP", "5"))
+      @ramp = Integer(env.fetch("RAMP", "3"))
       @headroom = Float(env.fetch("HEADROOM", "0.5"))
       @pools = Integer(env.fetch("POOLS", "2000"))
       @sizes = Range.new(*env.fetch("SIZES", "2-500").split("-", 2).map { |size| Integer(size) })
@@ -81,7 +86,7 @@ module RingpoolBench
 
     # @return [String] the settings that differ from the defaults, for the report's command line
     def environment
-      %w[RATES STEP_UP MAX_RATE STEP WARMUP HEADROOM POOLS SIZES LOCKOUT ITEMS BODIES SEED SHARDS SERVERS PUMA_THREADS
+      %w[RATES STEP_UP MAX_RATE STEP WARMUP RAMP HEADROOM POOLS SIZES LOCKOUT ITEMS BODIES SEED SHARDS SERVERS PUMA_THREADS
          BREAK_P90 TIMEOUT_MS RINGPOOL_DEADLINE_MS].filter_map { |name| "#{name}=#{ENV[name]}" if ENV[name] }.join(" ")
     end
 
@@ -91,7 +96,7 @@ module RingpoolBench
       raise ArgumentError, "RATES must be rising and positive" unless @rates.each_cons(2).all? { |a, b| a < b } && @rates.first.positive?
       raise ArgumentError, "MAX_RATE is at most #{JMeter::GROUPS * 1000} (the plan's thread groups)" if @max_rate > JMeter::GROUPS * 1000
       raise ArgumentError, "SIZES must be MIN-MAX with 1 <= MIN <= MAX" unless @sizes.first >= 1 && @sizes.first <= @sizes.last
-      raise ArgumentError, "STEP, WARMUP, POOLS, ITEMS, BODIES, SHARDS must be positive" unless [@step, @pools, @items, @bodies, @shards].all?(&:positive?) && @warmup >= 0
+      raise ArgumentError, "STEP, WARMUP, POOLS, ITEMS, BODIES, SHARDS must be positive" unless [@step, @pools, @items, @bodies, @shards].all?(&:positive?) && @warmup >= 0 && @ramp >= 0
       raise ArgumentError, "LOCKOUT must be at least 1 (whole seconds)" if @lockout < 1
       unknown = @servers - Server::COMMANDS.keys
       raise ArgumentError, "unknown SERVERS #{unknown.join(', ')} (known: #{Server::COMMANDS.keys.join(', ')})" unless unknown.empty? && @servers.any?
@@ -402,12 +407,12 @@ module RingpoolBench
     threads = groups.sum { |per_second, _| [(per_second * config.headroom).ceil, 2].max }
     # Threads start one after another (some milliseconds each on a busy machine) before the
     # measured window opens: allow for that in JMeter's duration.
-    startup = 5 + (threads / 100.0).ceil
+    startup = 5 + (threads / 100.0).ceil + config.ramp
     jmeter_pid = nil
     load_before = File.read("/proc/loadavg").split.first.to_f
     result = nil
     samples = sample_cpu(server: -> { server.pid }, postgres: -> { postmaster }, jmeter: -> { jmeter_pid }) do
-      result = jmeter.run(rate: rate, seconds: startup + config.warmup + config.step, headroom: config.headroom,
+      result = jmeter.run(rate: rate, seconds: startup + config.warmup + config.step, headroom: config.headroom, ramp_seconds: config.ramp,
                           port: server.port, bodies: bodies, timeout_ms: config.timeout_ms,
                           log_prefix: File.join(TMP, server.name, "rate-#{rate}")) { |pid| jmeter_pid = pid }
     end

@@ -13,6 +13,7 @@ require_relative "../http_client/support"
 require_relative "../postgres/support"
 require_relative "../postgres/http_bench"
 require_relative "../support/report"
+require_relative "../support/results"
 require_relative "seed_001"
 require_relative "seed_002"
 require_relative "seed_003"
@@ -36,6 +37,7 @@ report.paragraph(<<~TEXT)
   the load tools (wrk, hey, curl) — shares this machine's cores: read the ratios, not the absolute
   figures. Load average when the run started: #{File.read('/proc/loadavg').split.first(3).join(' ')}.
   Servers: #{Bench.versions}; PostgreSQL #{only.include?('002') ? PostgresBench.server_version : 'not used'}.
+  #{Bench::Results.sibling_link('seeds')}
 TEXT
 
 # Each seed runs in turn, so one's servers never compete with another's.
@@ -44,6 +46,6 @@ Seeds::Seed002.report(report, Seeds::Seed002.run) if only.include?("002")
 Seeds::Seed003.report(report) if only.include?("003")
 Seeds::Seed004.report(report, Seeds::Seed004.run(seconds)) if only.include?("004")
 
-path = File.join(Bench::ROOT, "bench/results/seeds.md")
+path = Bench::Results.path("seeds")
 report.write(path)
 warn "wrote #{path}"

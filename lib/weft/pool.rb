@@ -4,6 +4,7 @@ require_relative "errors"
 require_relative "timers"
 require_relative "deadline"
 require_relative "renamed_options"
+require_relative "fork_handler"
 
 module Weft
   # A bounded pool of reusable resources (connections, sessions, workers) handed out one holder
@@ -22,7 +23,9 @@ module Weft
   #   `check` callback rejects it at checkout.
   # * Fork safety: a child process never receives its parent's resources (sockets shared
   #   across processes interleave their bytes); it starts with an empty pool and leaves the
-  #   inherited ones for the parent to close.
+  #   inherited ones for the parent to close. A fork is noticed by Weft::ForkHandler.generation,
+  #   not Process.pid: that is a system call (glibc no longer caches the pid), and checkout and
+  #   checkin ask on every use.
   #
   # Waiting uses Thread::Mutex and Thread::ConditionVariable, which Ruby routes through the
   # fiber scheduler: one pool serves tasks inside a reactor and plain threads alike.
@@ -63,13 +66,19 @@ module Weft
     # @param check [#call, nil] called with an idle resource before it is handed out; a falsy
     #   answer retires it (e.g. a socket the peer has closed)
     # @param close [#call, nil] called with each resource the pool retires
+    # @param max_creating [Integer, nil] resources being created at once, at most (nil: up to
+    #   `limit`); a checkout beyond it waits for a resource to come back or a creation to end
     # @yieldparam args what the caller passed to #checkout / #with
     # @yieldreturn a new resource, created when the pool needs one
     def initialize(limit:, acquire_timeout: nil, idle_timeout: nil, max_uses: nil, max_age: nil, check: nil,
-                   close: nil, &create)
+                   close: nil, max_creating: nil, &create)
       raise ArgumentError, "Weft::Pool.new needs a block that creates a resource" unless create
       raise ArgumentError, "limit must be a positive Integer" unless limit.is_a?(Integer) && limit.positive?
+      unless max_creating.nil? || (max_creating.is_a?(Integer) && max_creating.positive?)
+        raise ArgumentError, "max_creating must be a positive Integer or nil"
+      end
       @limit = limit
+      @max_creating = max_creating || limit
       @acquire_timeout = acquire_timeout
       @idle_timeout = idle_timeout
       @max_uses = max_uses
@@ -114,21 +123,25 @@ module Weft
     # @raise [ClosedError] when the pool was closed
     def checkout(*args, acquire_timeout: @acquire_timeout, timeout: false)
       acquire_timeout = renamed_timeout(acquire_timeout, timeout) unless timeout == false
-      deadline = acquire_timeout && Deadline.after(acquire_timeout)
-      loop do
-        entry, retired = take_or_reserve(deadline, acquire_timeout)
-        retired.each { |stale| close_resource(stale) }
+      # The time limit starts now, but its Deadline is made only by a checkout that has to wait.
+      started = acquire_timeout && Timers.now
+      Deadline.validate(acquire_timeout) if started
+      # A loop, not Kernel#loop: a return from inside a block is a throw that unwinds the
+      # block's frame, and this runs on every checkout.
+      while true # rubocop:disable Style/InfiniteLoop
+        entry, retired, returns = take_or_reserve(started, acquire_timeout)
+        retired.each { |stale| close_resource(stale) } unless retired.empty?
         return entry.resource if entry && usable?(entry)
         next if entry # the check rejected it: try again
 
-        return create_resource(args)
+        return create_resource(args, returns)
       end
     end
 
     # Returns a resource to the pool for the next holder (or retires it if it is due).
     # @return [nil]
     def checkin(resource)
-      return forget_parent_resources if Process.pid != @pid
+      return forget_parent_resources if ForkHandler.generation != @generation
       retire = false
       @mutex.synchronize do
         entry = @busy.delete(resource)
@@ -140,6 +153,7 @@ module Weft
           @size -= 1
         else
           @idle.push(entry)
+          @returns += 1
         end
         @available.signal
       end
@@ -151,7 +165,7 @@ module Weft
     # free at once. Discarding a resource this pool does not hold (again) does nothing.
     # @return [nil]
     def discard(resource)
-      return forget_parent_resources if Process.pid != @pid
+      return forget_parent_resources if ForkHandler.generation != @generation
       held = @mutex.synchronize do
         next false unless @busy.delete(resource)
         @size -= 1
@@ -226,12 +240,14 @@ module Weft
     end
 
     def reset_state
-      @pid = Process.pid
+      @generation = ForkHandler.generation
       @mutex = Thread::Mutex.new
       @available = Thread::ConditionVariable.new
       @idle = [] # Entries, most recently used last
       @busy = {}.compare_by_identity # resource => Entry
       @size = 0 # idle + busy + being created
+      @creating = 0
+      @returns = 0 # resources checked back in, ever (see #create_resource)
       @waiting = 0
       @closed = false
       @created = @retired = @discarded = @checkouts = @timeouts = 0
@@ -239,13 +255,18 @@ module Weft
 
     # Under the lock: pops an idle entry (marking it busy) or reserves a slot for a new
     # resource (returning nil), waiting while neither is possible.
-    # @return [Array(Entry or nil, Array)] the entry, and expired resources to close
-    def take_or_reserve(deadline, timeout)
-      forget_parent_resources if Process.pid != @pid
+    # @param started [Float, nil] when the checkout began (Timers.now), if it has a timeout
+    # @param timeout [Numeric, nil] seconds it may wait in all
+    # @return [Array(Entry or nil, Array, Integer)] the entry, expired resources to close, and
+    #   how many resources had come back so far (see #create_resource)
+    def take_or_reserve(started, timeout)
+      forget_parent_resources if ForkHandler.generation != @generation
       @mutex.synchronize do
         raise ClosedError, "the pool is closed" if @closed
         retired = take_expired(Timers.now)
-        until (entry = @idle.pop) || @size < @limit
+        deadline = nil
+        until (entry = @idle.pop) || (@size < @limit && @creating < @max_creating)
+          deadline ||= started && Deadline.new(started + timeout, timeout)
           if deadline&.expired?
             @timeouts += 1
             raise TimeoutError, "no resource free in the pool within #{timeout}s (limit #{@limit})"
@@ -264,8 +285,9 @@ module Weft
           @busy[entry.resource] = entry
         else
           @size += 1
+          @creating += 1
         end
-        [entry, retired]
+        [entry, retired, @returns]
       end
     end
 
@@ -281,11 +303,13 @@ module Weft
       ok
     end
 
-    def create_resource(args)
+    # @param returns [Integer] resources that had come back (#checkin) when the slot was reserved
+    def create_resource(args, returns)
       resource = @create.call(*args)
     rescue Exception # rubocop:disable Lint/RescueException
       @mutex.synchronize do
         @size -= 1
+        @creating -= 1
         @available.signal
       end
       raise
@@ -294,6 +318,13 @@ module Weft
       @mutex.synchronize do
         @created += 1
         @busy[resource] = Entry.new(resource, now, now, 1)
+        @creating -= 1
+        # A creation slot is free. The pool grows on only while nothing comes back: when no
+        # resource came back while this one was made, holders keep theirs longer than making
+        # one takes, and a checkout that waits for a slot is woken to make the next. When some
+        # came back, waiters are being served by returns (each wakes one), so no more are made
+        # for them. (Without the cap, checkouts wait for resources only.)
+        @available.signal if @max_creating < @limit && @waiting.positive? && @returns == returns
       end
       resource
     end

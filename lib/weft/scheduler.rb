@@ -65,7 +65,8 @@ module Weft
       # @api private: when the fiber's coarse wait ends; nil while it is in none (for the sweep)
       attr_reader :coarse_deadline
 
-      def initialize(timers, fiber, sweep)
+      def initialize(selector, timers, fiber, sweep)
+        @selector = selector
         @timers = timers
         @fiber = fiber
         @sweep = sweep
@@ -77,25 +78,27 @@ module Weft
       end
 
       # Parks the fiber in the selector until `io` is ready for `events` or `seconds` pass.
+      # Must be called from its fiber.
       # @return [Integer, false] the ready events, or false on timeout
-      def wait(selector, io, events, seconds)
+      def wait(io, events, seconds)
         # Timers.now inlined: this runs for every request on a kept-alive connection.
         deadline = @deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
         arm(seconds) unless (armed = @armed) && armed <= deadline
-        selector.io_wait(@fiber, io, events)
+        @selector.io_wait(@fiber, io, events)
       ensure
         @deadline = nil
       end
 
-      # #wait, ended by the sweep: within its interval after `seconds`, never before.
+      # #wait, ended by the sweep: within its interval after `seconds`, never before (see
+      # Scheduler#io_wait_coarse). Must be called from its fiber.
       # @return [Integer, false] the ready events, or false on timeout
-      def wait_coarse(selector, io, events, seconds)
+      def wait_coarse(io, events, seconds)
         @coarse_deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
         unless @swept
           @swept = true
           @sweep.add(self)
         end
-        selector.io_wait(@fiber, io, events)
+        @selector.io_wait(@fiber, io, events)
       ensure
         @coarse_deadline = nil
       end
@@ -487,7 +490,7 @@ module Weft
       timeout = io.timeout if timeout.nil? && IO_TIMEOUTS
       fiber = Fiber.current
       return @selector.io_wait(fiber, io, events) unless timeout
-      io_timeout(fiber).wait(@selector, io, events, timeout)
+      io_timeout(fiber).wait(io, events, timeout)
     end
 
     # #io_wait with a timeout that needs no precision (a server connection lingering for its
@@ -498,7 +501,18 @@ module Weft
     # @param timeout [Numeric] seconds, above 0
     # @return [Integer, false] the ready events, or false on timeout
     def io_wait_coarse(io, events, timeout)
-      io_timeout(Fiber.current).wait_coarse(@selector, io, events, timeout)
+      io_timeout(Fiber.current).wait_coarse(io, events, timeout)
+    end
+
+    # What #io_wait_coarse waits with in the current fiber, for code that waits many times in a
+    # row in one fiber (a server connection's request loop): `waiter.wait_coarse(io, events,
+    # timeout)` is #io_wait_coarse without finding the fiber's waiter on every call (the
+    # scheduler, the current fiber, and its waiter in the Fiber's own instance variables, which
+    # Ruby keeps in a process-wide table: three lookups per wait that touch memory of its own
+    # for each of hundreds of connections). Valid in this fiber, under this reactor only.
+    # @return [IOTimeout]
+    def coarse_waiter
+      io_timeout(Fiber.current)
     end
 
     if IO::Event::Support.buffer?
@@ -769,7 +783,9 @@ module Weft
     # a fresh fiber per task would let a burst of tens of thousands of tasks exhaust the
     # process's memory mappings before the GC runs.)
     def worker_fiber
-      fiber = Fiber.new(blocking: false) do |task|
+      # Non-blocking is Fiber.new's default; saying so (`blocking: false`, a keyword to a C
+      # method) cost two Hashes per fiber.
+      fiber = Fiber.new do |task|
         while task
           task.execute
           task = park_worker(task)
@@ -817,7 +833,7 @@ module Weft
     def io_timeout(fiber)
       waiter = fiber.weft_io_timeout
       return waiter if waiter&.timers.equal?(@timers)
-      fiber.weft_io_timeout = IOTimeout.new(@timers, fiber, @coarse_sweep)
+      fiber.weft_io_timeout = IOTimeout.new(@selector, @timers, fiber, @coarse_sweep)
     end
 
     # The fiber's SuspendTimeout for this reactor, made on its first timed wait here.

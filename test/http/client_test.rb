@@ -34,6 +34,10 @@ class HTTPClientTest < Minitest::Test
     assert_equal "t1", response["X-Seen"]
     assert_equal ["a=1"], response.headers.all("Set-Cookie")
     assert_equal "DELETE /x?", http.delete("/x").body
+    # Methods as symbols or in any case, and one outside the common set, go out upper-case.
+    assert_equal "PUT /s?", http.request(:put, "/s").body
+    assert_equal "PATCH /p?", http.request("Patch", "/p").body
+    assert_equal "PURGE /c?", http.request(:purge, "/c").body
     assert_equal "weft/#{Weft::VERSION}", srv.requests.first.env["HTTP_USER_AGENT"]
     assert_equal "127.0.0.1:#{srv.port}", srv.requests.first.env["HTTP_HOST"]
   end
@@ -147,6 +151,32 @@ class HTTPClientTest < Minitest::Test
     assert_equal "until close", client(raw.url).get("/").body
   end
 
+  # Response fields are looked up by scanning what arrived (no index is built per response):
+  # any case, repeats joined in order, and the request's own fields win over the client's.
+  def test_response_fields_any_case_and_repeated_and_request_fields_override_the_defaults
+    seen = nil
+    srv = server(raw: true) do |socket|
+      seen = socket.readpartial(4096)
+      socket.write("HTTP/1.1 200 OK\r\nX-Tag: a\r\nContent-Length: 2\r\nx-tag: b\r\nSet-Cookie: s=1\r\n" \
+                   "SET-COOKIE: t=2\r\nConnection: close\r\n\r\nok")
+    end
+    response = client(srv.url).get("/", headers: { "user-agent" => "mine/1", "Accept-Encoding" => "identity",
+                                                   "Host" => "example.test" })
+    assert_equal "a, b", response["X-TAG"]
+    assert_equal "a, b", response.headers[:"x-tag"]
+    assert_equal %w[s=1 t=2], response.headers.all("set-cookie")
+    assert response.headers.key?("Content-length")
+    refute response.headers.key?("x-missing")
+    assert_nil response["x-missing"]
+    assert_equal({ "x-tag" => "a, b", "content-length" => "2", "set-cookie" => "s=1, t=2", "connection" => "close" },
+                 response.headers.to_h)
+    head = seen.split("\r\n")
+    assert_equal "GET / HTTP/1.1", head.first
+    assert_equal ["user-agent: mine/1"], head.grep(/\Auser-agent:/i)
+    assert_equal ["Accept-Encoding: identity"], head.grep(/\Aaccept-encoding:/i)
+    assert_equal ["Host: example.test"], head.grep(/\Ahost:/i)
+  end
+
   def test_bodiless_responses_free_the_connection
     srv = server { |r| r.path == "/204" ? [204, {}, ""] : [200, {}, "body"] }
     http = client(srv.url)
@@ -221,6 +251,23 @@ class HTTPClientTest < Minitest::Test
     # The connections stay pooled for the next burst.
     assert_elapsed_under(1.5) { Weft.run { Weft.map(1..10) { http.get("/") } } }
     assert_equal 10, srv.connections
+  end
+
+  # max_connecting: a burst against an origin slower than a connect still gets a connection per
+  # request (the pool grows on while none comes back), in waves of max_connecting; against a
+  # fast one, the burst shares the first wave instead of opening a connection per request.
+  def test_a_burst_opens_connections_in_waves_and_grows_only_while_none_comes_back
+    slow = server { |_| sleep 0.3; [200, {}, "slow"] }
+    http = client(slow.url, limit: 50, max_connecting: 4)
+    assert_elapsed_under(0.9) do
+      Weft.run { assert_equal ["slow"] * 12, Weft.map(1..12) { http.get("/").body } }
+    end
+    assert_equal 12, slow.connections
+    fast = server { |_| [200, {}, "fast"] }
+    http = client(fast.url, limit: 50, max_connecting: 4)
+    Weft.run { assert_equal ["fast"] * 200, Weft.map(1..200) { http.get("/").body } }
+    assert_operator fast.connections, :<=, 12, "a fast origin got a connection per request"
+    assert_raises(ArgumentError) { client(fast.url, max_connecting: 0) }
   end
 
   def test_per_origin_limit_queues_and_acquire_timeout

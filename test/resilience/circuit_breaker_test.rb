@@ -299,6 +299,34 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal :open, b.state
   end
 
+  # A burst of failures into an empty time window (a cold start after an idle spell) opens a
+  # breaker at once, however short the burst; with failing_for it opens only once the failures
+  # have gone on that long.
+  def test_failing_for_lets_a_short_burst_pass_and_opens_on_lasting_failure
+    plain = breaker(window_calls: nil, window_seconds: 1, minimum_calls: 4)
+    fail_calls(plain, 4)
+    assert_equal :open, plain.state
+
+    b = breaker(window_calls: nil, window_seconds: 1, minimum_calls: 4, failing_for: 0.3)
+    fail_calls(b, 4)
+    succeed_calls(b, 1)
+    assert_equal :closed, b.state, "a burst shorter than failing_for"
+    sleep 0.35
+    fail_calls(b, 1) # 5 of 6 failed, the first 0.35 s ago
+    assert_equal :open, b.state
+  end
+
+  def test_failing_for_counts_from_the_oldest_failure_still_in_the_window
+    b = breaker(window_calls: nil, window_seconds: 0.5, minimum_calls: 4, failing_for: 0.3)
+    fail_calls(b, 4)
+    sleep 0.6 # the burst ages out of the window
+    fail_calls(b, 4)
+    assert_equal :closed, b.state, "the old burst no longer counts towards failing_for"
+    sleep 0.35
+    fail_calls(b, 1)
+    assert_equal :open, b.state
+  end
+
   def test_calls_admitted_before_it_opened_do_not_judge_the_ramp
     b = breaker(open_for: 0.05, ramp: [1.0], ramp_for: 10, ramp_minimum_calls: 1)
     Weft.run do
@@ -410,7 +438,9 @@ class CircuitBreakerTest < Minitest::Test
       { open_for: -1 }, { open_for: Float::INFINITY }, { ramp_for: 0 },
       { ramp: [] }, { ramp: [0.5, 0.25] }, { ramp: [0.5, 0.5] }, { ramp: [0, 0.5] }, { ramp: [0.5, 1.5] }, { ramp: 0.5 },
       { ramp_minimum_calls: 0 }, { failure: [] }, { failure: ["IOError"] }, { failure: [Object] },
-      { rate_limit: 10 }, { bulkhead: 4 }, { ramp_deadline: 0 }, { ramp_deadline: -1 }
+      { rate_limit: 10 }, { bulkhead: 4 }, { ramp_deadline: 0 }, { ramp_deadline: -1 },
+      { failing_for: 1 }, { window_calls: nil, window_seconds: 2, failing_for: 3 },
+      { window_calls: nil, window_seconds: 2, failing_for: 0 }
     ].each do |options|
       assert_raises(ArgumentError, options.inspect) { Weft::CircuitBreaker.new("bad", register: false, **options) }
     end

@@ -10,7 +10,7 @@ class RingpoolSettingsTest < Minitest::Test
                                              "RINGPOOL_DB_POOL" => "3", "RINGPOOL_BREAKER_OPEN_FOR" => "2" })
     assert_equal ["postgres://x/y", 0.08, 0.5, 3], [settings.database_url, settings.deadline, settings.ownership_interval, settings.db_pool_size]
     assert_equal "unix:///run/rp/shard-2.sock", settings.shard_url(2)
-    assert_equal({ open_for: 2.0, ramp_for: 6.0, minimum_calls: 20, window_seconds: 3.0 }, settings.breaker)
+    assert_equal({ open_for: 2.0, ramp_for: 6.0, minimum_calls: 20, window_seconds: 3.0, failing_for: 1.5 }, settings.breaker)
   end
 
   def test_a_peer_address_gives_each_shard_a_tcp_url
@@ -33,6 +33,7 @@ class RingpoolSettingsTest < Minitest::Test
       { "RINGPOOL_BREAKER_OPEN_FOR" => "0" } => /open_for/,
       { "RINGPOOL_BREAKER_MINIMUM_CALLS" => "x" } => /RINGPOOL_BREAKER_MINIMUM_CALLS/,
       { "RINGPOOL_BREAKER_WINDOW" => "0" } => /window_seconds/,
+      { "RINGPOOL_BREAKER_WINDOW" => "1" } => /failing_for/,
       { "RINGPOOL_PEER_ADDRESS" => "10.0.0.5" } => /RINGPOOL_PEER_ADDRESS/,
       { "RINGPOOL_PEER_ADDRESS" => "10.0.0.5:70000" } => /RINGPOOL_PEER_ADDRESS/
     }.each do |env, message|

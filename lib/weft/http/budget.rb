@@ -33,6 +33,9 @@ module Weft
       # Timeout's asynchronous raises (in a plain thread, Weft.deadline is Timeout.timeout): held
       # back until the request waits, where they end the wait, since between waits they could cut
       # the pool's bookkeeping in half; and held back entirely while a connection is handed back.
+      # Inside a reactor Weft.deadline and Timeout.timeout raise from the scheduler's timer,
+      # at waits, but a Timeout around the whole reactor still raises from its own thread,
+      # anywhere: the masks stay there too (0.2 µs and one object each, measured on 3.3).
       ASYNC_TIMEOUTS = [Timeout::Error, (Timeout::ExitException if defined?(Timeout::ExitException))].compact.freeze
       DEFERRED = ASYNC_TIMEOUTS.to_h { |error| [error, :on_blocking] }.freeze
       HELD = ASYNC_TIMEOUTS.to_h { |error| [error, :never] }.freeze
@@ -56,15 +59,20 @@ module Weft
       # @return [Deadline, nil] the total deadline: the earlier of the request's and the caller's
       attr_reader :deadline
 
-      # @param connect [Numeric, nil] seconds for DNS + TCP connect + TLS handshake
-      # @param read [Numeric, nil] seconds for any single read
-      # @param write [Numeric, nil] seconds for any single write
-      # @param acquire [Numeric, nil] seconds to wait for a free pooled connection
-      # @param header [Numeric, nil] seconds from sending a request to having its response head
-      # @param body [Numeric, nil] seconds from the response head to the end of the body
+      # The seconds each kind of wait may last (nil: no limit), for #initialize: connect (DNS +
+      # TCP connect + TLS handshake), read (any single read), write (any single write), acquire
+      # (waiting for a free pooled connection), header (from sending a request to having its
+      # response head), body (from the response head to the end of the body).
+      # @return [Hash{Symbol => Numeric, nil}] frozen
+      def self.limits(connect: nil, read: nil, write: nil, acquire: nil, header: nil, body: nil)
+        { connect: connect, read: read, write: write, acquire: acquire, header: header, body: body }.freeze
+      end
+
+      # @param limits [Hash] from Budget.limits: a client makes it once and gives it to every
+      #   request that does not override a timeout
       # @param deadline [Numeric, nil] seconds for the whole request, from now
-      def initialize(connect: nil, read: nil, write: nil, acquire: nil, header: nil, body: nil, deadline: nil)
-        @timeouts = { connect: connect, read: read, write: write, acquire: acquire, header: header, body: body }
+      def initialize(limits, deadline = nil)
+        @timeouts = limits
         own = deadline && Deadline.after(deadline)
         @deadline = Deadline.earliest(own, Deadline.current)
         @callers_deadline = !@deadline.nil? && !@deadline.equal?(own)

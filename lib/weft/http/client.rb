@@ -30,7 +30,7 @@ module Weft
     # blocks the calling thread.
     class Client
       DEFAULTS = {
-        limit: 64, idle_timeout: 5, max_uses: 1000, max_age: nil,
+        limit: 64, max_connecting: 16, idle_timeout: 5, max_uses: 1000, max_age: nil,
         connect_timeout: 10, read_timeout: 30, write_timeout: 30, acquire_timeout: nil,
         header_timeout: 30, body_timeout: nil, deadline: 60, max_body_size: 64 * 1024 * 1024,
         follow: 0, decompress: true, ssl: {}, proxy: :env, headers: {}, breaker: nil
@@ -46,7 +46,15 @@ module Weft
       SECONDS = %i[idle_timeout max_age connect_timeout read_timeout write_timeout acquire_timeout header_timeout
                    body_timeout deadline].freeze
       REDIRECT_DRAIN_LIMIT = 65_536
-      private_constant :SECONDS, :REDIRECT_DRAIN_LIMIT
+      # The fields the client adds to a request that does not set them (see #extra_headers).
+      USER_AGENT_FIELD = ["User-Agent", Request::USER_AGENT].freeze
+      ACCEPT_ENCODING_FIELD = ["Accept-Encoding", "gzip, deflate"].freeze
+      BOTH_FIELDS = [USER_AGENT_FIELD, ACCEPT_ENCODING_FIELD].freeze
+      USER_AGENT_ONLY = [USER_AGENT_FIELD].freeze
+      ACCEPT_ENCODING_ONLY = [ACCEPT_ENCODING_FIELD].freeze
+      NO_FIELDS = [].freeze
+      private_constant :SECONDS, :REDIRECT_DRAIN_LIMIT, :USER_AGENT_FIELD, :ACCEPT_ENCODING_FIELD, :BOTH_FIELDS,
+                       :USER_AGENT_ONLY, :ACCEPT_ENCODING_ONLY, :NO_FIELDS
 
       # @return [URI::Generic, nil] the base URL relative request URLs resolve against
       attr_reader :base_url
@@ -54,6 +62,11 @@ module Weft
       # @param base_url [String, URI, nil] e.g. "https://api.example.com/v1" or
       #   "unix:///run/app.sock"; requests may then give paths ("/users")
       # @param limit [Integer] connections per origin at most
+      # @param max_connecting [Integer, nil] connections per origin being opened at once, at most
+      #   (nil: up to `limit`). A burst of requests beyond it waits for a connection to open or
+      #   to come back, and the pool grows on only while none comes back: against an origin
+      #   that answers faster than a connection opens, a burst of 1,000 requests opens a few
+      #   dozen connections instead of 1,000 (docs/http_client.md, "Bursts").
       # @param idle_timeout [Numeric, nil] close connections idle this long (seconds)
       # @param max_uses [Integer, nil] requests per connection before it is replaced (old name:
       #   max_requests)
@@ -88,11 +101,15 @@ module Weft
         check_limits(options)
         @options = DEFAULTS.merge(options)
         @options[:header_timeout] = @options[:read_timeout] unless options.key?(:header_timeout)
+        @limits = limits(@options)
         @base_url = base_url && parse_url(base_url)
         @base_origin = @base_url && Origin.from_uri(@base_url)
         @connector = Connector.new(ssl: @options[:ssl], proxy: build_proxy(@options[:proxy]))
         @default_headers = Request.fields(@options[:headers])
         @breakers = @options[:breaker] && build_breakers(@options[:breaker])
+        # Keyed by the origin's String (Origin#to_s), not the Origin: a Hash key whose class
+        # defines #hash makes every lookup go through Ruby's recursion guard, whose table is
+        # fiber-local, so each new task made it anew (two Hashes per request).
         @pools = {}
         @pools_lock = Thread::Mutex.new
         @closed = false
@@ -117,38 +134,23 @@ module Weft
       # @raise [Weft::CircuitOpen] with `breaker:`, when the origin's breaker refuses the request
       #   (nothing is sent); the breaker judges the exchange up to the whole body without a
       #   block, up to the response head with one
-      def request(method, url, headers: nil, body: nil, query: nil, **options)
-        raise Weft::UsageError, "the client is closed" if @closed
-        options = request_options(options)
-        budget = Budget.new(connect: options[:connect_timeout], read: options[:read_timeout],
-                            write: options[:write_timeout], acquire: options[:acquire_timeout] || options[:connect_timeout],
-                            header: options[:header_timeout], body: options[:body_timeout],
-                            deadline: options[:deadline])
-        request = build_request(method, url, headers, body, query)
-        buffered = !block_given?
-        exchange = lambda do
-          budget.enforce(defer: true) do
-            follow_redirects(request, budget, options).tap { |answer| answer.body if buffered }
-          end
-        end
-        response = @breakers ? @breakers.call(request.origin, &exchange) : exchange.call
-        return response if buffered
-        begin
-          yield response
-        ensure
-          response.close
+      def request(method, url, headers: nil, body: nil, query: nil, **options, &block)
+        run_request(method, url, headers, body, query, options, &block)
+      end
+
+      # #request with the method GET, HEAD, DELETE or OPTIONS, and the same arguments.
+      %w[get head delete options].each do |name|
+        method = name.upcase.freeze
+        define_method(name) do |url, headers: nil, body: nil, query: nil, **options, &block|
+          run_request(method, url, headers, body, query, options, &block)
         end
       end
 
-      %w[get head delete options].each do |method|
-        define_method(method) do |url, **options, &block|
-          request(method, url, **options, &block)
-        end
-      end
-
-      %w[post put patch].each do |method|
-        define_method(method) do |url, body: nil, **options, &block|
-          request(method, url, body: body, **options, &block)
+      # #request with the method POST, PUT or PATCH, and the same arguments.
+      %w[post put patch].each do |name|
+        method = name.upcase.freeze
+        define_method(name) do |url, body: nil, headers: nil, query: nil, **options, &block|
+          run_request(method, url, headers, body, query, options, &block)
         end
       end
 
@@ -170,13 +172,43 @@ module Weft
 
       # @return [Hash{String => Hash}] per origin, the pool's statistics (see Weft::Pool)
       def statistics
-        @pools_lock.synchronize { @pools.to_h { |origin, pool| [origin.to_s, pool.statistics] } }
+        @pools_lock.synchronize { @pools.transform_values(&:statistics) }
       end
 
       def inspect
         "#<#{self.class.name} #{@base_url || '(no base URL)'} origins=#{@pools.size}#{' closed' if @closed}>"
       end
       alias to_s inspect
+
+      # A request's hold on its pooled connection, which its Response keeps from
+      # the head to the end of the body (one object per request, where two closures were).
+      class Hold
+        def initialize(pool, connection, budget)
+          @pool = pool
+          @connection = connection
+          @budget = budget
+        end
+
+        # @param into [String, nil] see Connection#read_body
+        # @return [String, nil] the next raw piece of the body, nil at its end
+        def read(into)
+          @budget.enforce { @connection.read_body(@budget, into) }
+        end
+
+        # Hands the connection back: to the pool when the response was read to the end and the
+        # connection may carry another request, closed otherwise.
+        # @param complete [Boolean] whether the body was read to its end
+        def finish(complete)
+          Budget.uninterrupted do
+            if complete && @connection.reusable? && !@pool.closed?
+              @pool.checkin(@connection)
+            else
+              @pool.discard(@connection)
+            end
+          end
+        end
+      end
+      private_constant :Hold
 
       # @api private
       # @return [OpenSSL::SSL::Session, nil] the TLS session kept for an origin
@@ -185,6 +217,28 @@ module Weft
       end
 
       private
+
+      # #request, its keywords passed on as they are: forwarding them as keywords (`**options`)
+      # costs two Hashes per request.
+      def run_request(method, url, headers, body, query, options)
+        raise Weft::UsageError, "the client is closed" if @closed
+        options = request_options(options)
+        budget = Budget.new(options.equal?(@options) ? @limits : limits(options), options[:deadline])
+        request = build_request(method, url, headers, body, query)
+        buffered = !block_given?
+        response =
+          if @breakers
+            @breakers.call(request.origin) { respond(request, budget, options, buffered) }
+          else
+            respond(request, budget, options, buffered)
+          end
+        return response if buffered
+        begin
+          yield response
+        ensure
+          response.close
+        end
+      end
 
       def request_options(options)
         return @options if options.empty?
@@ -197,6 +251,13 @@ module Weft
         merged
       end
 
+      # @return [Hash] the Budget limits for these options
+      def limits(options)
+        Budget.limits(connect: options[:connect_timeout], read: options[:read_timeout], write: options[:write_timeout],
+                      acquire: options[:acquire_timeout] || options[:connect_timeout],
+                      header: options[:header_timeout], body: options[:body_timeout])
+      end
+
       # @raise [ArgumentError] for a number of seconds or a size that cannot be one
       def check_limits(options)
         SECONDS.each do |name|
@@ -206,6 +267,10 @@ module Weft
           rescue ArgumentError
             raise ArgumentError, "#{name} must be a finite number of seconds, zero or more, or nil (got #{options[name].inspect})"
           end
+        end
+        connecting = options[:max_connecting]
+        unless connecting.nil? || (connecting.is_a?(Integer) && connecting.positive?)
+          raise ArgumentError, "max_connecting must be a positive Integer or nil (got #{connecting.inspect})"
         end
         size = options[:max_body_size]
         return if size.nil? || (size.is_a?(Integer) && size.positive?)
@@ -222,7 +287,7 @@ module Weft
         if credentials && headers.none? { |name, _| name.casecmp?("authorization") }
           headers += [["Authorization", "Basic #{[credentials].pack('m0')}"]]
         end
-        Request.new(method, origin, target, headers: headers, body: body)
+        Request.new(method, origin, target, headers, body)
       end
 
       # The client's default fields, overridden by the request's own of the same name.
@@ -262,10 +327,21 @@ module Weft
         raise ArgumentError, "invalid URL #{url.inspect}: #{e.message}"
       end
 
+      # The response to a request, redirects followed, with its whole body read if `buffered`.
+      def respond(request, budget, options, buffered)
+        budget.enforce(defer: true) do
+          response = follow_redirects(request, budget, options)
+          response.body if buffered
+          response
+        end
+      end
+
       def follow_redirects(request, budget, options)
         follow = options[:follow]
         redirects = 0
-        loop do
+        # A loop, not Kernel#loop: a return from inside a block is a throw that unwinds the
+        # block's frame, and every request returns from here.
+        while true # rubocop:disable Style/InfiniteLoop
           response = perform(request, budget, options[:max_body_size])
           return response unless follow.positive? && response.redirect?
           if redirects >= follow
@@ -310,15 +386,15 @@ module Weft
       # Sends the request and reads the response head; the Response then owns the connection
       # and hands it back (or closes it) when its body ends.
       def exchange(pool, connection, request, budget, max_body_size)
+        hold = Hold.new(pool, connection, budget)
         begin
-          connection.write_request(request, budget, extra_headers(request))
+          # Inflate only bodies the client asked to be compressed, not the caller.
+          decode = @options[:decompress] && !request["accept-encoding"]
+          connection.write_request(request, budget, extra_headers(request, decode))
           head = connection.read_head(request.method, budget)
-          finish = ->(complete) { release(pool, connection, complete) }
-          reader = ->(into) { budget.enforce { connection.read_body(budget, into) } }
-          response = Response.new(head, request, reader, finish, decode: @options[:decompress] && !request["accept-encoding"],
-                                                                 max_body_size: max_body_size)
+          response = Response.new(head, request, hold, decode, max_body_size)
         rescue Exception # rubocop:disable Lint/RescueException
-          release(pool, connection, false)
+          hold.finish(false)
           raise
         end
         # Not under the rescue above: once the connection is back in the pool another request
@@ -327,23 +403,15 @@ module Weft
         response
       end
 
-      # Hands a connection back: to the pool when its response was read to the end and it may
-      # carry another request, closed otherwise.
-      def release(pool, connection, complete)
-        Budget.uninterrupted do
-          if complete && connection.reusable? && !pool.closed?
-            pool.checkin(connection)
-          else
-            pool.discard(connection)
-          end
+      # The fields the client adds: User-Agent, and Accept-Encoding when it inflates bodies,
+      # unless the request has its own. Frozen Arrays, not new ones per request.
+      # @return [Array<Array(String, String)>]
+      def extra_headers(request, decode)
+        if request["user-agent"]
+          decode ? ACCEPT_ENCODING_ONLY : NO_FIELDS
+        else
+          decode ? BOTH_FIELDS : USER_AGENT_ONLY
         end
-      end
-
-      def extra_headers(request)
-        extra = []
-        extra << ["User-Agent", Request::USER_AGENT] unless request["user-agent"]
-        extra << ["Accept-Encoding", "gzip, deflate"] if @options[:decompress] && !request["accept-encoding"]
-        extra
       end
 
       def checkout(pool, origin, budget)
@@ -358,8 +426,9 @@ module Weft
 
       def pool_for(origin)
         @pools_lock.synchronize do
-          @pools[origin] ||= Weft::Pool.new(
-            limit: @options[:limit], idle_timeout: @options[:idle_timeout], max_uses: @options[:max_uses],
+          @pools[origin.to_s] ||= Weft::Pool.new(
+            limit: @options[:limit], max_creating: @options[:max_connecting], idle_timeout: @options[:idle_timeout],
+            max_uses: @options[:max_uses],
             max_age: @options[:max_age], check: :healthy?.to_proc, close: :close.to_proc
           ) { |budget| @connector.open(origin, budget) }
         end

@@ -73,7 +73,7 @@ module Weft
         @received = false
         @close_requested = request.closes_connection?
         extra += @proxy_headers if @proxied
-        head = request.head(absolute: @proxied, extra: extra)
+        head = request.head(@proxied, extra)
         length = request.body_length
         if length && length <= 16_384 && request.body.is_a?(String) && request.body.bytesize == length
           write(head << request.body.b, budget) # one segment for the common small request
@@ -107,17 +107,18 @@ module Weft
       # @param method [String] the request's method (HEAD responses have no body)
       # @return [Head]
       def read_head(method, budget)
-        loop do
+        # Loops, not Kernel#loop: a return from inside a block is a throw that unwinds the
+        # block's frame (through Kernel#loop's C frame on Ruby 3.1), on every request.
+        while true # rubocop:disable Style/InfiniteLoop
           until (count = parse_head)
             fill(budget) or raise closed_error("before the response head was complete")
           end
           @stream.consume(count)
           status = @parser.status
-          next if status >= 100 && status < 200 && status != 101
-
-          budget.start(:body)
-          return start_body(method, status)
+          break unless status >= 100 && status < 200 && status != 101
         end
+        budget.start(:body)
+        start_body(method, status)
       end
 
       # Reads the next piece of the body.

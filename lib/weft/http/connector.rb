@@ -41,7 +41,7 @@ module Weft
         return open_unix(origin, budget) if origin.unix?
 
         proxy = @proxy&.for(origin)
-        socket = proxy ? tcp(proxy.host, proxy.port, budget) : tcp(origin.host, origin.port, budget)
+        socket = proxy ? tcp(proxy.host, proxy.port, budget) : tcp(origin.host, origin.port, budget, origin.ip?)
         stream = stream_for(socket)
         begin
           if origin.tls?
@@ -80,9 +80,10 @@ module Weft
       # other addresses remain, an attempt gets only its share of the connect timeout (at
       # least 2 s, as Go's dialer does), so one black-holed address (say an IPv6 route that
       # drops packets) cannot use up the time the next one needs.
-      def tcp(host, port, budget)
+      # @param literal [Boolean] whether `host` is an IP address (no DNS)
+      def tcp(host, port, budget, literal = ip_literal?(host))
         last_error = nil
-        addresses = resolve(host, port, budget)
+        addresses = literal ? [Addrinfo.tcp(host, port)] : resolve(host, port, budget)
         raise DNSError, "#{host} resolved to no address" if addresses.empty?
         addresses.each_with_index do |address, index|
           socket = Socket.new(address.afamily, :STREAM)
@@ -132,7 +133,6 @@ module Weft
       end
 
       def resolve(host, port, budget)
-        return [Addrinfo.tcp(host, port)] if ip_literal?(host)
         budget.within(:connect) do |seconds|
           if seconds && !Weft.running?
             Addrinfo.getaddrinfo(host, port, nil, :STREAM, timeout: seconds)

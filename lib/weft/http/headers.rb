@@ -12,24 +12,34 @@ module Weft
       # @param pairs [Array<Array(String, String)>] name/value pairs as received
       def initialize(pairs)
         @pairs = pairs
-        @index = {}
-        pairs.each { |name, value| (@index[name.downcase] ||= []) << value }
       end
 
+      # A scan of the pairs, not a lookup in an index of lower-cased names: a response has a
+      # handful of fields and most are never asked for, so an index would cost more to build
+      # (a String and an Array per field, for every response) than the scans it saves. Names
+      # are compared with #casecmp (ASCII case, which is all a field name has), not #casecmp?,
+      # which folds a copy of each String per comparison.
       # @return [String, nil] the field's value; repeats joined with ", "
       def [](name)
-        values = @index[name.to_s.downcase]
-        values && (values.size == 1 ? values.first : values.join(", "))
+        name = name.to_s
+        found = nil
+        @pairs.each do |field, value|
+          next unless field.casecmp(name) == 0
+          found = found ? "#{found}, #{value}" : value
+        end
+        found
       end
 
       # @return [Array<String>] every value of the field, in order
       def all(name)
-        @index.fetch(name.to_s.downcase, []).dup
+        name = name.to_s
+        @pairs.filter_map { |field, value| value if field.casecmp(name) == 0 }
       end
 
       # @return [Boolean]
       def key?(name)
-        @index.key?(name.to_s.downcase)
+        name = name.to_s
+        @pairs.any? { |field, _| field.casecmp(name) == 0 }
       end
       alias include? key?
 
@@ -40,7 +50,10 @@ module Weft
 
       # @return [Hash{String => String}] lower-case names, repeats joined
       def to_h
-        @index.to_h { |name, values| [name, values.join(", ")] }
+        @pairs.each_with_object({}) do |(name, value), hash|
+          key = name.downcase
+          hash[key] = hash.key?(key) ? "#{hash[key]}, #{value}" : value
+        end
       end
 
       # @api private: a copy without the named fields (used after decoding a body)

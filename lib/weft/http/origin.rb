@@ -41,6 +41,9 @@ module Weft
         @port = port
         @socket_path = socket_path
         @key = unix? ? "unix:#{socket_path}" : "#{scheme}://#{authority}"
+        # Asked for on every request (the Host field) and every connect: worked out once.
+        @host_header = build_host_header.freeze
+        @ip = !host.nil? && ip_literal?(host)
         freeze
       end
 
@@ -56,17 +59,11 @@ module Weft
 
       # @return [Boolean] whether the host is an IP literal (no DNS, no SNI)
       def ip?
-        !@host.nil? && IPAddr.new(@host) && true
-      rescue IPAddr::Error
-        false
+        @ip
       end
 
       # @return [String] host[:port] as it goes in the Host header (port only if not the default)
-      def host_header
-        return "localhost" if unix?
-        host = @host.include?(":") ? "[#{@host}]" : @host
-        @port == DEFAULT_PORTS[@scheme] ? host : "#{host}:#{@port}"
-      end
+      attr_reader :host_header
 
       # @return [String] host:port, as a CONNECT request names it
       def authority
@@ -85,6 +82,23 @@ module Weft
 
       def hash
         @key.hash
+      end
+
+      private
+
+      def build_host_header
+        return "localhost" if unix?
+        host = @host.include?(":") ? "[#{@host}]" : @host
+        @port == DEFAULT_PORTS[@scheme] ? host : "#{host}:#{@port}"
+      end
+
+      # Names that cannot be IP literals are told apart without IPAddr's exception.
+      def ip_literal?(host)
+        return false unless host.include?(":") || host.match?(/\A[\d.]+\z/)
+        IPAddr.new(host)
+        true
+      rescue IPAddr::Error
+        false
       end
     end
   end

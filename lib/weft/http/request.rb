@@ -18,6 +18,15 @@ module Weft
       # Fields describing a body, dropped when a redirect turns the request into a bodiless GET.
       BODY_FIELDS = %w[content-length content-type content-encoding transfer-encoding].freeze
       USER_AGENT = "weft/#{Weft::VERSION}"
+      # Methods that carry a body, which say "Content-Length: 0" even without one.
+      BODY_METHODS = %w[POST PUT PATCH].freeze
+      # The common methods as callers give them (Client#get passes "get"), mapped to their
+      # canonical names, so that a request does not make and check a new upper-case String.
+      METHODS = %w[GET HEAD POST PUT PATCH DELETE OPTIONS TRACE].each_with_object({}) do |name, table|
+        [name, name.downcase, name.to_sym, name.downcase.to_sym].each { |given| table[given] = name }
+      end.freeze
+      NO_FIELDS = [].freeze
+      private_constant :BODY_METHODS, :METHODS, :NO_FIELDS
 
       # @return [String] upper case
       attr_reader :method
@@ -51,16 +60,18 @@ module Weft
       # @param target [String] path and query
       # @param headers [Hash, Array<Array>, nil]
       # @param body [String, #read, Enumerable, nil]
-      def initialize(method, origin, target, headers: nil, body: nil)
-        @method = method.to_s.upcase
-        raise ArgumentError, "invalid HTTP method #{method.inspect}" unless @method.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Z]+\z/)
+      # (Positional, not keywords: a keyword to Class#new, a C method, costs Hashes per request.)
+      def initialize(method, origin, target, headers = nil, body = nil)
+        unless (@method = METHODS[method])
+          @method = method.to_s.upcase
+          raise ArgumentError, "invalid HTTP method #{method.inspect}" unless @method.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Z]+\z/)
+        end
         unless target.start_with?("/") && target.ascii_only? && !target.match?(/[\s\x00-\x1f\x7f]/)
           raise ArgumentError, "invalid request target #{target.inspect} (percent-encode spaces and non-ASCII)"
         end
         @origin = origin
         @target = target
         @headers = Request.fields(headers)
-        @names = @headers.map { |field, _| field.downcase }
         check_declared_length
         @body = body
         @body_start = body.respond_to?(:pos) ? safe_pos(body) : nil
@@ -71,10 +82,14 @@ module Weft
         "#{@origin}#{@target}"
       end
 
-      # @return [String, nil] the value of a field the caller set (case-insensitive)
+      # @return [String, nil] the value of a field the caller set (case-insensitive; the first,
+      #   if it was given more than once)
       def [](name)
-        index = @names.index(name.downcase)
-        index && @headers[index][1]
+        name = name.to_s
+        # A scan rather than an index of lower-cased names: a request has few fields, and it
+        # is asked for several that it does not have (host, user-agent, content-length...).
+        # #casecmp, not #casecmp?, which folds a copy of both Strings (see Headers#[]).
+        @headers.find { |field, _| field.casecmp(name) == 0 }&.last
       end
 
       # @return [Boolean] whether the caller asked for the connection to close after this
@@ -104,11 +119,14 @@ module Weft
       # @param absolute [Boolean] use the absolute URL as the target (requests to a proxy)
       # @param extra [Array<Array(String, String)>] fields added by the client (defaults)
       # @return [String] binary, through the blank line
-      def head(absolute: false, extra: [])
-        target = absolute ? "#{@origin}#{@target}" : @target
-        head = String.new("#{@method} #{target} HTTP/1.1\r\n", encoding: Encoding::BINARY)
-        head << "Host: #{@origin.host_header}\r\n" unless self["host"]
-        (@headers + extra).each { |name, value| head << name << ": " << value << "\r\n" }
+      def head(absolute = false, extra = NO_FIELDS)
+        head = String.new # binary; a keyword (capacity:) would cost a Hash per request
+        head << @method << " "
+        head << @origin.to_s if absolute
+        head << @target << " HTTP/1.1\r\n"
+        head << "Host: " << @origin.host_header << "\r\n" unless self["host"]
+        @headers.each { |name, value| head << name << ": " << value << "\r\n" }
+        extra.each { |name, value| head << name << ": " << value << "\r\n" }
         if (length = body_length)
           head << "Content-Length: #{length}\r\n" unless self["content-length"] || (length.zero? && !sends_empty_length?)
         elsif @body
@@ -171,7 +189,7 @@ module Weft
         rewind if body
         headers = headers.reject { |name, _| CREDENTIALS.include?(name.downcase) } unless origin == @origin
         headers = headers.reject { |name, _| name.casecmp?("host") }
-        Request.new(method, origin, target, headers: headers, body: body)
+        Request.new(method, origin, target, headers, body)
       end
 
       private
@@ -179,7 +197,7 @@ module Weft
       # Bodiless requests of methods that normally carry one still say "Content-Length: 0", as
       # some servers (and proxies) answer 411 otherwise.
       def sends_empty_length?
-        %w[POST PUT PATCH].include?(@method) || !@body.nil?
+        BODY_METHODS.include?(@method) || !@body.nil?
       end
 
       def url_for_join

@@ -26,17 +26,18 @@ module Weft
       # @api private: made by Client
       # @param head [Connection::Head]
       # @param request [Request]
-      # @param reader [#call, nil] returns the next raw piece of body or nil at its end
-      # @param finish [#call] called with true once the body is read to the end, with false
-      #   when it is abandoned (the connection must then be closed)
+      # @param hold [#read, #finish] the connection (the client's Hold): `read(into)` returns the
+      #   next raw piece of body or nil at its end; `finish(complete)` is called with true once
+      #   the body is read to the end, with false when it is abandoned (the connection must then
+      #   be closed)
       # @param decode [Boolean] inflate gzip/deflate bodies (the client asked for them)
       # @param max_body_size [Integer, nil] the most bytes #body holds
-      def initialize(head, request, reader, finish, decode:, max_body_size: nil)
+      # (Positional, not keywords: a keyword to Class#new, a C method, costs Hashes per request.)
+      def initialize(head, request, hold, decode, max_body_size = nil)
         @status = head.status
         @reason = head.reason
         @request = request
-        @reader = reader
-        @finish = finish
+        @hold = hold # nil once the connection was handed back
         @headers = Headers.new(head.headers)
         @inflater = decode ? inflater_for(@headers["content-encoding"]) : nil
         # The decoded body has neither the coding nor the length the server sent.
@@ -100,11 +101,14 @@ module Weft
 
         limit = @max_body_size
         check_length(limit) if limit && @length && !@inflater
-        # Sized up front when the length is known, so a large body is not copied as it grows.
-        buffer = String.new(capacity: [@length || 0, limit || MAX_PRESIZE, MAX_PRESIZE].min, encoding: Encoding::BINARY)
+        # Sized up front when the length is known, so a large body is not copied as it grows (a
+        # small one is not: the keyword to String.new costs more than growing it would).
+        # String.new without arguments is binary.
+        presize = [@length || 0, limit || MAX_PRESIZE, MAX_PRESIZE].min
+        buffer = presize > PRESIZE_FROM ? String.new(capacity: presize, encoding: Encoding::BINARY) : String.new
         begin
           # One read buffer for every piece: nothing is allocated per read.
-          pump(String.new(encoding: Encoding::BINARY)) do |chunk|
+          pump(String.new) do |chunk|
             too_large(limit, "more than #{limit} bytes") if limit && buffer.bytesize + chunk.bytesize > limit
             buffer << chunk
           end
@@ -121,7 +125,6 @@ module Weft
         return if @done
         @done = true
         release(false)
-        @reader = nil
         close_inflater
       end
 
@@ -138,12 +141,15 @@ module Weft
 
       # The largest buffer #body allocates before the bytes arrive.
       MAX_PRESIZE = 8 * 1024 * 1024
-      private_constant :MAX_PRESIZE
+      # Bodies up to this many bytes are not presized.
+      PRESIZE_FROM = 4096
+      private_constant :MAX_PRESIZE, :PRESIZE_FROM
 
       # Reads the body to its end, yielding each piece (decoded), and hands the connection back.
       # @param raw [String, nil] the buffer raw pieces are read into (nil: a new String each)
       def pump(raw)
-        while (piece = @reader.call(raw))
+        # (A block that closed the response has handed the connection back: nothing to read.)
+        while (hold = @hold) && (piece = hold.read(raw))
           if @inflater
             inflate(piece) { |chunk| yield chunk unless chunk.empty? }
           elsif !piece.empty?
@@ -152,7 +158,6 @@ module Weft
         end
         tail = @inflater && @inflated ? finish_inflate : nil
         @done = true
-        @reader = nil
         release(true)
         close_inflater
         yield tail if tail && !tail.empty?
@@ -162,14 +167,14 @@ module Weft
       # otherwise. Should that be cut short (a deadline raised while it waited for the pool's
       # lock), the connection is retired instead, so that it is never left in limbo.
       def release(complete)
-        finish = @finish or return
-        @finish = nil
+        hold = @hold or return
+        @hold = nil
         released = false
         begin
-          finish.call(complete)
+          hold.finish(complete)
           released = true
         ensure
-          finish.call(false) unless released
+          hold.finish(false) unless released
         end
       end
 

@@ -21,7 +21,10 @@ module Weft
   # * **closed**: every call runs. Outcomes go into a sliding window (the last `window_calls`
   #   calls, or the last `window_seconds`). Once it holds `minimum_calls`, the breaker opens when
   #   the share of failed calls reaches `failure_rate` or the share of calls slower than
-  #   `slow_call` seconds reaches `slow_rate`.
+  #   `slow_call` seconds reaches `slow_rate`. With `failing_for` (time windows only) it also
+  #   waits until the window's oldest failed or slow call is that many seconds old: a burst of
+  #   late calls shorter than that (the caller's machine stalled, a cold start after an idle
+  #   spell, when the window holds few calls to outweigh it) does not open it.
   # * **open**: no call runs for `open_for` seconds; each is refused with Weft::CircuitOpen.
   # * **ramping**: then, instead of one half-open probe, the breaker admits a rising share of
   #   calls, one `ramp` step after the other over `ramp_for` seconds (5%, 25%, 50% by default),
@@ -113,6 +116,9 @@ module Weft
     # @param minimum_calls [Integer] outcomes the window must hold before it is judged
     #   (20, or the window's size if smaller)
     # @param failure_rate [Float] share of failed calls (0 < x <= 1) that opens the breaker
+    # @param failing_for [Numeric, nil] seconds the trouble must have lasted before the breaker
+    #   opens: from the oldest failed or slow call in the window to now (nil: no wait). Needs
+    #   window_seconds, and must not exceed it.
     # @param slow_call [Numeric, nil] seconds past which a call counts as slow (nil: none is)
     # @param slow_rate [Float] share of slow calls (0 < x <= 1) that opens the breaker
     # @param open_for [Numeric] seconds the breaker stays open before ramping
@@ -130,7 +136,7 @@ module Weft
     # @param bulkhead [Bulkhead, nil] bounds how many admitted calls run at once
     # @param register [Boolean] whether to add the breaker to the registry (and so to /stats)
     def initialize(name, window_calls: nil, window_seconds: nil, minimum_calls: nil, failure_rate: 0.5,
-                   slow_call: nil, slow_rate: 0.5, open_for: 5, ramp: DEFAULT_RAMP, ramp_for: 6,
+                   failing_for: nil, slow_call: nil, slow_rate: 0.5, open_for: 5, ramp: DEFAULT_RAMP, ramp_for: 6,
                    ramp_minimum_calls: 5, ramp_deadline: nil, failure: [StandardError], rate_limit: nil, bulkhead: nil,
                    register: true)
       @name = name.to_s
@@ -143,6 +149,7 @@ module Weft
         raise ArgumentError, "minimum_calls (#{@minimum_calls}) exceeds window_calls (#{window_calls}): the breaker could never open"
       end
       @failure_rate = check_fraction(:failure_rate, failure_rate)
+      @failing_for = failing_for && check_failing_for(failing_for, window_seconds)
       @slow_rate = check_fraction(:slow_rate, slow_rate)
       @slow_call = slow_call && check_seconds(:slow_call, slow_call)
       @open_for = check_seconds(:open_for, open_for)
@@ -424,6 +431,7 @@ module Weft
       when :closed
         @window.record(outcome, now)
         return if outcome.zero? || !tripped?(@window.calls, @window.failures, @window.slow, @minimum_calls)
+        return if @failing_for && @window.troubled_for(now) < @failing_for
       when :ramping
         @ramp_calls += 1
         @ramp_failures += 1 if outcome.anybits?(SlidingWindow::FAILED)
@@ -515,6 +523,13 @@ module Weft
     def check_count(option, value)
       return value if value.is_a?(Integer) && value >= 1
       raise ArgumentError, "#{option} must be an Integer >= 1 (got #{value.inspect})"
+    end
+
+    def check_failing_for(seconds, window_seconds)
+      raise ArgumentError, "failing_for needs window_seconds: a window of calls has no time span" unless window_seconds
+      seconds = check_seconds(:failing_for, seconds)
+      return seconds if seconds <= window_seconds
+      raise ArgumentError, "failing_for (#{seconds}) exceeds window_seconds (#{window_seconds}): the breaker could never open"
     end
 
     def check_fraction(option, value)

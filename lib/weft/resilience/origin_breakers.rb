@@ -47,7 +47,9 @@ module Weft
       # @return [CircuitBreaker] the breaker in front of `origin`
       def breaker_for(origin)
         # A race between two fibers or threads finds the same breaker in the registry.
-        @shared || (@by_origin[origin] ||= CircuitBreaker.for("#{@kind} #{origin}", **@options))
+        # Keyed by the String: an object key with its own #hash (HTTP::Origin) costs a recursion
+        # guard per lookup (see HTTP::Client#initialize).
+        @shared || (@by_origin[origin.to_s] ||= CircuitBreaker.for("#{@kind} #{origin}", **@options))
       end
     end
   end

@@ -129,6 +129,19 @@ module Weft
         @newest = slice
       end
 
+      # How long the window's trouble has lasted: the seconds from the start of the oldest
+      # tenth that holds a failed or slow call to `now` (0.0 when it holds none). Call it after
+      # #record or #expire at `now`, which drop the tenths that aged out.
+      # @return [Float]
+      def troubled_for(now)
+        oldest = @newest - (BUCKETS - 1)
+        oldest.upto(@newest) do |slice|
+          index = slice % BUCKETS
+          return now - (slice * @width) if @bucket_failures[index].positive? || @bucket_slow[index].positive?
+        end
+        0.0
+      end
+
       # Forgets every outcome.
       def clear
         @bucket_calls.fill(0)

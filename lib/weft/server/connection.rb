@@ -76,7 +76,7 @@ module Weft
         @requests = 0
         @closed = false
         @detached = false
-        @handshaken = !listener.ssl?
+        @tls = listener.ssl? # the handshake comes first (#start)
         @idle_since = Timers.now
         @head_deadline = nil # while part of a head has arrived: when the rest is due
       end
@@ -103,7 +103,7 @@ module Weft
 
       # Starts serving a newly accepted connection (in its own task).
       def start
-        handshake unless @handshaken
+        handshake if @tls
         serve(@settings.first_data_timeout)
       end
 
@@ -225,7 +225,10 @@ module Weft
         # Names the request being answered if it stalls the reactor (fiber-local: the watchdog
         # sees the fiber that holds the reactor). Set per task rather than per request.
         Thread.current[StallDetector::REQUEST] = self
-        return unless read_available(wait_timeout)
+        # What the linger waits with (#read_available), found once per task rather than once per
+        # request: the task's fiber does not change while it serves.
+        waiter = Fiber.scheduler.coarse_waiter
+        return unless read_available(wait_timeout, waiter)
         # `while true` rather than Kernel#loop: no block call per request, and the returns
         # below leave the method directly rather than by a throw out of a block.
         while true # rubocop:disable Style/InfiniteLoop
@@ -235,8 +238,8 @@ module Weft
           return close unless keep_alive
           # Timers.now inlined: one Ruby call fewer per request.
           @idle_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-          next unless @stream.buffer.empty? # pipelined requests are answered in order
-          return unless read_available(@settings.idle_timeout, speculative: false)
+          # True at once while a pipelined request is buffered: they are answered in order.
+          return unless read_available(@settings.idle_timeout, waiter, speculative: false)
         end
       rescue ClientGone, ClientTimeout
         close
@@ -248,12 +251,12 @@ module Weft
         Thread.current[StallDetector::REQUEST] = nil
       end
 
-      # Makes sure the buffer holds something. A client that sends its next request within
-      # `linger` seconds keeps this task; past that the connection is parked in the IdlePool
-      # (no fiber) and false returned. Lingering pays because a busy client's next request
-      # usually comes within milliseconds, and waiting for it in this fiber costs one io_wait,
-      # where parking costs an epoll registration, a wake-up and a new task (docs/server.md
-      # has the measurements).
+      # Makes sure the buffer holds something (true at once if it does). A client that sends
+      # its next request within `linger` seconds keeps this task; past that the connection is
+      # parked in the IdlePool (no fiber) and false returned. Lingering pays because a busy
+      # client's next request usually comes within milliseconds, and waiting for it in this
+      # fiber costs one io_wait, where parking costs an epoll registration, a wake-up and a new
+      # task (docs/server.md has the measurements).
       #
       # Only a connection that has carried two requests lingers: one that has not shown it
       # reuses connections (new, silent, or one request so far) is parked at once. A burst of
@@ -267,9 +270,11 @@ module Weft
       #
       # During a graceful stop the connection is not parked: it waits in its fiber for the rest
       # of its drain grace, and is closed if no request came by then (see #drain).
-      def read_available(park_timeout, speculative: true)
+      #
+      # `waiter`: Scheduler#coarse_waiter of the fiber serving the connection.
+      def read_available(park_timeout, waiter, speculative: true)
         return true unless @stream.buffer.empty?
-        return true if (speculative || @stream.tls?) && fill_now
+        return true if (speculative || @tls) && fill_now
         return drain if @host.stopping?
         linger = @settings.linger
         # The reactor is asked directly, not through IO#wait_readable: that reaches the
@@ -282,7 +287,7 @@ module Weft
         # linger needs no precision, and a busy connection renews its wait with every request,
         # which a timer per fiber paid for with a heap entry of its own that fired once per
         # linger (bench/results/server-connections.md).
-        if linger&.positive? && @requests > 1 && Fiber.scheduler.io_wait_coarse(@socket, IO::READABLE, linger) && fill_now
+        if linger&.positive? && @requests > 1 && waiter.wait_coarse(@socket, IO::READABLE, linger) && fill_now
           return true
         end
         return true if !speculative && fill_now # lingering was off: the one read not yet tried
@@ -422,7 +427,6 @@ module Weft
 
       def handshake
         @stream.accept_tls(@listener.ssl_context, Weft::Deadline.after(@settings.header_timeout))
-        @handshaken = true
       end
 
       RACK_INPUT = "rack.input"

@@ -20,10 +20,13 @@ module Ringpool
   #   RINGPOOL_BREAKER_RAMP_FOR      seconds its ramp back to all traffic takes (default 6)
   #   RINGPOOL_BREAKER_MINIMUM_CALLS calls judged before it may open (default 20)
   #   RINGPOOL_BREAKER_WINDOW        seconds of calls it judges (default 3): it opens when more
-  #                                  than half of them failed, so a burst of late calls shorter
-  #                                  than half the window (a busy machine's stall) does not open
-  #                                  it; a window of the last 100 calls did, at 200 requests/s
+  #                                  than half of them failed; a window of the last 100 calls
+  #                                  opened on a busy machine's stall at 200 requests/s
   #                                  (bench/results/ringpool-notes.md)
+  #   RINGPOOL_BREAKER_FAILING_FOR   seconds the failures must have gone on before it opens
+  #                                  (default 1.5): a peer's calls are batched, a few dozen a
+  #                                  second, so a burst of late calls after a quiet spell (a
+  #                                  client's cold start) was enough on its own to open it
   class Settings
     # @return [String]
     attr_reader :database_url
@@ -36,7 +39,7 @@ module Ringpool
     # @return [Integer]
     attr_reader :db_pool_size
     # @return [Hash] options for each peer's Weft::CircuitBreaker (open_for:, ramp_for:, minimum_calls:,
-    #   window_seconds:)
+    #   window_seconds:, failing_for:)
     attr_reader :breaker
     # @return [(String, Integer), nil] host and first port for peers over TCP
     attr_reader :peer_address
@@ -56,7 +59,8 @@ module Ringpool
           ramp_for: number(env, "RINGPOOL_BREAKER_RAMP_FOR", 6),
           minimum_calls: Integer(env.fetch("RINGPOOL_BREAKER_MINIMUM_CALLS", "20"), exception: false) ||
             raise(ArgumentError, "RINGPOOL_BREAKER_MINIMUM_CALLS must be an integer"),
-          window_seconds: number(env, "RINGPOOL_BREAKER_WINDOW", 3)
+          window_seconds: number(env, "RINGPOOL_BREAKER_WINDOW", 3),
+          failing_for: number(env, "RINGPOOL_BREAKER_FAILING_FOR", 1.5)
         }
       )
     end
