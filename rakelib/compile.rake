@@ -14,7 +14,8 @@ unless Rake::Task.task_defined?("weft_http1:build")
   # extension => the directory under lib/ its loader requires it from
   extensions = {
     "weft_http1" => "lib/weft/http1", # the HTTP/1.1 parser (lib/weft/http1/parser.rb)
-    "weft_readiness" => "lib/weft"    # Weft::Readiness (lib/weft/readiness.rb)
+    "weft_readiness" => "lib/weft",   # Weft::Readiness (lib/weft/readiness.rb)
+    "weft_pg" => "lib/weft/postgres" # the pipeline's result reader (lib/weft/postgres/result_reader.rb)
   }
 
   extensions.each do |name, lib_dir|

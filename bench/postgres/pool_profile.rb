@@ -9,6 +9,7 @@
 #   WEFT_STACKPROF=out.dump bundle exec ruby bench/postgres/pool_profile.rb 5   # + Ruby-level profile
 #   WEFT_COUNT=1 bundle exec ruby bench/postgres/pool_profile.rb 5               # + events per statement
 #   WEFT_BUSY=2 bundle exec ruby bench/postgres/pool_profile.rb 5                # on a busy reactor
+#   WEFT_ALLOCATIONS=1 bundle exec ruby bench/postgres/pool_profile.rb 2         # + objects by site
 #
 # Prints statements/s, CPU microseconds of this process per statement (user and system: the
 # pool, pg, libpq, the reactor, the kernel's socket work; PostgreSQL's own work is in other
@@ -18,6 +19,9 @@
 # With WEFT_COUNT set it counts, per statement, fiber switches and calls of the reactor's and
 # pg's methods that a statement's trip goes through (TracePoints slow the run down; the counts
 # are what matters). DATABASE_URL picks the server (a private throwaway cluster otherwise, see support.rb).
+# With WEFT_ALLOCATIONS set it lists the objects allocated per statement by class and site
+# (ObjectSpace's allocation tracing, with the GC off while measuring: keep the run short; an
+# object made in C is charged to the Ruby line that called into C).
 # With WEFT_BUSY=N, N more fibers keep the reactor busy while measuring, as request handlers doing
 # CPU work would: each spins for WEFT_SPIN_MS (default 5) ms between yields, so that every turn of
 # the reactor, and every answer's reading, is late. Their own CPU is taken out of the per-statement
@@ -49,12 +53,14 @@ module PostgresBench
       count, = PoolBench.select_one_loop(pool, seconds) do |measured|
         busy = Busy.new(Integer(ENV.fetch("WEFT_BUSY", 0)), Float(ENV.fetch("WEFT_SPIN_MS", 5)) / 1000)
         before = snapshot
-        counts = counted { profiled { measured.call } }
+        counts = counted { profiled { traced { measured.call } } }
         busy.stop
         figures = delta(before, snapshot)
         figures[:spun] = busy.cpu
       end
-      report(count, figures, pool.statistics) + counts.map { |name, n| format("%-30s %.2f per statement\n", name, n.to_f / count) }.join
+      report(count, figures, pool.statistics) +
+        counts.map { |name, n| format("%-30s %.2f per statement\n", name, n.to_f / count) }.join +
+        allocation_sites(count)
     ensure
       pool&.close
     end
@@ -119,6 +125,33 @@ module PostgresBench
       return yield unless path
       require "stackprof"
       StackProf.run(mode: :cpu, interval: 200, raw: true, out: path, &block)
+    end
+
+    # Runs the block with allocation tracing on and the GC off (when WEFT_ALLOCATIONS is set), so
+    # that every object allocated meanwhile is there to be counted by #allocation_sites.
+    def traced
+      return yield unless ENV["WEFT_ALLOCATIONS"]
+      require "objspace"
+      GC.start
+      GC.disable
+      @generation = GC.count
+      ObjectSpace.trace_object_allocations { yield }
+    end
+
+    # @return [String] objects allocated per statement by class and site, those at 0.01 or more
+    def allocation_sites(statements)
+      return "" unless @generation
+      sites = Hash.new(0)
+      ObjectSpace.each_object do |object|
+        next unless ObjectSpace.allocation_generation(object) == @generation
+        file = ObjectSpace.allocation_sourcefile(object) or next
+        klass = Kernel.instance_method(:class).bind_call(object)
+        sites["#{klass} #{file.sub(%r{\A.*/(?=(lib|gems|bench)/)}, '')}:#{ObjectSpace.allocation_sourceline(object)}"] += 1
+      end
+      GC.enable
+      sites.sort_by { |_, n| -n }.filter_map do |site, n|
+        format("%.2f %s\n", n.to_f / statements, site) if n >= statements / 100
+      end.join.prepend("objects allocated per statement by site:\n")
     end
 
     # Runs the block counting fiber switches and calls of COUNTED (when WEFT_COUNT is set).

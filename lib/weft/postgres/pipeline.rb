@@ -5,6 +5,7 @@ require "socket"
 require "pg"
 require_relative "errors"
 require_relative "request"
+require_relative "result_reader"
 require_relative "background"
 require_relative "server_time"
 require_relative "trace"
@@ -60,7 +61,9 @@ module Weft
       # SQLSTATE query_canceled: a cancel request (or statement_timeout) ended the statement.
       QUERY_CANCELED = "57014"
       # Result statuses of a statement that ran to its end.
-      SUCCEEDED = [PG::PGRES_TUPLES_OK, PG::PGRES_COMMAND_OK, PG::PGRES_EMPTY_QUERY].freeze
+      SUCCEEDED = ResultReader::SUCCEEDED
+      # What takes the results libpq has complete (C where it can, see ResultReader).
+      READER = ResultReader::READER
       # SQLSTATEs (or their classes) of errors a statement meets only because its segment ran
       # as one transaction with other callers' statements: transaction rollback (deadlock,
       # serialization failure), invalid transaction state ("cannot run inside a transaction
@@ -88,6 +91,8 @@ module Weft
         @queue = []    # requests sent whose results are not all in yet, in send order
         @segment = []  # requests whose results are in, waiting for their segment's sync point
         @unsynced = 0  # requests sent since the last sync point (the segment being built)
+        @syncs = 0     # sync points sent whose results have not come back
+        @results = []  # what the reader takes from libpq in one go (#settle_ready), reused
         @clean = true  # every result of the segment being read so far succeeded
         # Condition variables of the callers waiting here, in arrival order (a Hash: callers
         # leave from anywhere in the line, and deleting from an Array would cost its length).
@@ -146,7 +151,10 @@ module Weft
         depth = @queue.size + @segment.size
         return nil if depth >= limit
         head = @queue[0] or return depth
-        now - segment_start(head) > stall_after ? depth + limit : depth
+        started = head.sent_at # #segment_start, inlined
+        progress = @progress_at
+        started = progress if progress && progress > started
+        now - started > stall_after ? depth + limit : depth
       end
 
       # Whether a statement may be sent here at all, a slow one in flight or not: fewer than
@@ -225,6 +233,7 @@ module Weft
         @raw.__send__(SEND_SYNC)
         @queue.last.segment_end = true
         @unsynced = 0
+        @syncs += 1
       end
 
       # Closes the segment being built and writes what libpq holds.
@@ -324,7 +333,11 @@ module Weft
       end
 
       # Reads results until the block is true (or the deadline passes), as the connection's
-      # reader.
+      # reader. It flushes at once what it finds unsent, its own statement included: a statement
+      # left in libpq's buffer until the reactor's next poll (to share a segment with the
+      # statements the turn's other fibers send after it) counted the time the reactor spent
+      # running those fibers as the statement's own, and on a busy reactor short statements
+      # were then marked slow (server_time_test; bench/results/postgres.md, "Third pass").
       def lead(condition, deadline)
         @reader = condition
         until yield
@@ -351,10 +364,13 @@ module Weft
       # brings arrived after the read before it (which found it not in), and after the moment
       # the socket became ready, when the reactor can tell (ServerTime): that is the earliest a
       # segment whose sync point it brings can have ended on the server (#settle_segment).
+      # Woken only because the socket can be written to (#lead), it reads nothing.
       def wait_and_read(events, timeout)
         io = @raw.socket_io
         waiting_since = Timers.now
-        @owner.unlocked { io.wait(events, timeout) }
+        ready = @owner.unlocked { io.wait(events, timeout) }
+        return if ready.is_a?(Integer) && (ready & IO::READABLE).zero?
+
         ready_after = ServerTime.ready_after(waiting_since)
         read_at = @read_at
         @raw.consume_input
@@ -362,32 +378,31 @@ module Weft
         @arrived_after = ready_after && ready_after > read_at ? ready_after : read_at
       end
 
-      # Takes every result libpq has complete without waiting, and settles the statements of
-      # each segment whose sync point came back.
+      # Takes every result libpq has complete without waiting (ResultReader), and settles the
+      # statements of each segment whose sync point came back.
       def settle_ready
-        raw = @raw
+        return if @syncs.zero?
+        results = @results
+        failed = READER.take(@raw, results, @syncs)
         queue = @queue
-        until (queue.empty? && @segment.empty?) || raw.is_busy
-          result = raw.sync_get_result
+        results.each do |result|
           if result.nil? # the end of the head statement's results
             request = queue.shift or next
             @clean = false if request.result.nil?
             @segment << request
-            next
-          end
-          status = result.result_status
-          if status == PG::PGRES_PIPELINE_SYNC
-            # Freed now rather than when the garbage collector sweeps it: pg counts a result's
-            # memory towards the next collection until it is cleared.
-            result.clear
+          elsif result.equal?(true) # a sync point
+            @syncs -= 1
             settle_segment
+            break if @connection.broken? # sending a statement again failed: everything failed with it
           elsif (request = queue[0])
             request.result ? result.clear : request.result = result
-            next if SUCCEEDED.include?(status)
+            next if failed.zero? || SUCCEEDED.include?(result.result_status)
             @clean = false
             raise PG::ConnectionBad, result.error_message if @raw.status != PG::CONNECTION_OK
           end
         end
+      ensure
+        results&.clear
       end
 
       # A segment's sync point came back: its statements are committed, or, if one failed,
@@ -518,6 +533,7 @@ module Weft
         @queue = []
         @segment = []
         @unsynced = 0
+        @syncs = 0
         @unwritten = 0
         @abandoned = 0
         @slow_in_flight = 0

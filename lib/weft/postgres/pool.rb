@@ -504,6 +504,10 @@ module Weft
       # acquire_timeout a waiter queues behind a slow statement if a connection carrying one
       # has room (#past_acquire_timeout).
       def shared_pipeline
+        # Most callers find room at once: no line to join, no wake-up to hand on.
+        pipeline = free_pipeline
+        return pipeline if pipeline
+
         waiter = nil
         deadline = nil
         served = false
@@ -546,7 +550,7 @@ module Weft
       # connect_timeout), and while it held the line's one wake-up, a connection that came free
       # meanwhile sat unused with callers waiting behind it, who got PoolTimeout.
       def free_pipeline(waiter = nil)
-        if (connection = take_idle)
+        if !@idle.empty? && (connection = take_idle)
           return share(connection)
         end
         if room?
@@ -586,7 +590,7 @@ module Weft
       # callers waiting to pin.
       def pass_slot_on
         if @slot_queue.empty?
-          hand_idle_to_pins
+          hand_idle_to_pins unless @pin_queue.empty?
         elsif slot_free?
           wake_slot_waiter
         end

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "waiter"
+
 module Weft
   module Postgres
     # One statement on its way through a shared connection's pipeline, and the hand-off of its
@@ -9,7 +11,7 @@ module Weft
     # request is settled or when its waiter is asked to take over reading the connection.
     #
     # A fiber (or thread) waits for one statement at a time, so it reuses one request, and its
-    # condition variable, for all its statements (see .take): two objects fewer per statement,
+    # Waiter, for all its statements (see .take): two objects fewer per statement,
     # which the garbage collector would otherwise sweep at every turn of a busy pool.
     class Request
       # The fiber-local slot of the calling fiber's request.
@@ -32,7 +34,7 @@ module Weft
       attr_reader :sql
       # @return [Array]
       attr_reader :params
-      # @return [Thread::ConditionVariable] what the waiter sleeps on
+      # @return [Waiter] what the caller sleeps on
       attr_reader :condition
       # @return [Float, nil] monotonic time it was handed to libpq
       attr_accessor :sent_at
@@ -54,7 +56,7 @@ module Weft
       attr_accessor :resent
 
       def initialize(sql, params)
-        @condition = Thread::ConditionVariable.new
+        @condition = Waiter.new
         reset(sql, params)
       end
 
