@@ -164,16 +164,9 @@ class IOWaitTimeoutTest < Minitest::Test
 
   # A worker fiber that ends (the pool is full) must not be kept alive by its timer.
   def test_a_fiber_that_ends_disarms_its_timer
-    reader, writer = socket_pair
-    writer.write("x")
-    scheduler = Weft::Scheduler.new(fiber_pool_size: 0)
-    Fiber.set_scheduler(scheduler)
-    task = scheduler.spawn(nil, "waiter", [], proc { reader.wait_readable(5) })
-    scheduler.run
-    assert_equal reader, task.wait
-    assert_equal 0, scheduler.statistics[:timers]
-  ensure
-    Fiber.set_scheduler(nil)
+    result, statistics, reader = wait_in_an_unpooled_fiber { |io| io.wait_readable(5) }
+    assert_same reader, result
+    assert_equal 0, statistics[:timers]
   end
 
   # --- Coarse waits (Scheduler#io_wait_coarse): ended by the reactor's sweep, no timer each ---
@@ -300,19 +293,28 @@ class IOWaitTimeoutTest < Minitest::Test
 
   # A worker fiber that ends (the pool is full) leaves the sweep at once.
   def test_a_fiber_that_ends_leaves_the_sweep
+    result, statistics = wait_in_an_unpooled_fiber { |reader| coarse_wait(reader, 5) }
+    assert_equal IO::READABLE, result
+    assert_equal 0, statistics[:coarse_waiters]
+  end
+
+  private
+
+  # Runs the block with a readable socket in a task of a scheduler that keeps no worker fibers
+  # (the task's fiber ends with it).
+  # @return [Array(Object, Hash, IO)] what the block returned, the scheduler's statistics once
+  #   it has run, and the socket
+  def wait_in_an_unpooled_fiber
     reader, writer = socket_pair
     writer.write("x")
     scheduler = Weft::Scheduler.new(fiber_pool_size: 0)
     Fiber.set_scheduler(scheduler)
-    task = scheduler.spawn(nil, "waiter", [], proc { coarse_wait(reader, 5) })
+    task = scheduler.spawn(nil, "waiter", [], proc { yield reader })
     scheduler.run
-    assert_equal IO::READABLE, task.wait
-    assert_equal 0, scheduler.statistics[:coarse_waiters]
+    [task.wait, scheduler.statistics, reader]
   ensure
     Fiber.set_scheduler(nil)
   end
-
-  private
 
   def coarse_wait(io, timeout)
     Weft.scheduler.io_wait_coarse(io, IO::READABLE, timeout)
