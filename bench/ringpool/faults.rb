@@ -10,8 +10,8 @@ module RingpoolBench
   #   pg_restart   PostgreSQL restarts (pg_ctl restart -m fast: every connection is cut)
   #
   # and afterwards the allocations table is checked for a number handed out twice within a
-  # lockout. Writes bench/results/ringpool-faults.md (OUT): latency and overflow second by
-  # second around each fault, per server.
+  # lockout. Writes bench/results/ringpool-faults.md (OUT; ringpool-faults-ruby-3.3.md on Ruby
+  # 3.3): latency and overflow second by second around each fault, per server.
   #
   #   FAULT_RATE=100  FAULT_SECONDS=40  FAULT_AT=12  STALL_SECONDS=10  (and run.rb's POOLS, SIZES,
   #   LOCKOUT, ITEMS, BODIES, SEED, SHARDS, SERVERS, HEADROOM, RAMP, TIMEOUT_MS)
@@ -27,7 +27,7 @@ module RingpoolBench
       def self.from_env(env = ENV)
         new(Integer(env.fetch("FAULT_RATE", "100")), Integer(env.fetch("FAULT_SECONDS", "40")),
             Integer(env.fetch("FAULT_AT", "12")), Integer(env.fetch("STALL_SECONDS", "10")),
-            File.expand_path(env.fetch("OUT", "bench/results/ringpool-faults.md"), ROOT))
+            File.expand_path(env.fetch("OUT", Bench::Results.path("ringpool-faults")), ROOT))
       end
     end
 

@@ -31,7 +31,7 @@
 #   HEADROOM=0.5 (seconds of latency JMeter's threads absorb: threads = rate × HEADROOM)
 #   POOLS=2000  SIZES=2-500  LOCKOUT=1  ITEMS=40  BODIES=5000  SEED=1
 #   SHARDS=<cores>  SERVERS=weft,puma,falcon  PUMA_THREADS=32  BREAK_P90=1.0  TIMEOUT_MS=5000
-#   OUT=bench/results/ringpool.md
+#   OUT=bench/results/ringpool.md (ringpool-ruby-3.3.md on Ruby 3.3)
 #   RINGPOOL_* settings (e.g. RINGPOOL_DEADLINE_MS) pass through to the app.
 require_relative "../support/bundle"
 require "etc"
@@ -48,6 +48,7 @@ require_relative "procfs"
 require_relative "jmeter"
 require_relative "report"
 require_relative "../support/ports"
+require_relative "../support/results"
 
 module RingpoolBench
   ROOT = File.expand_path("../..", __dir__)
@@ -80,7 +81,7 @@ module RingpoolBench
       @servers = env.fetch("SERVERS", "weft,puma,falcon").split(",")
       @break_p90 = Float(env.fetch("BREAK_P90", "1.0"))
       @timeout_ms = Integer(env.fetch("TIMEOUT_MS", "5000"))
-      @out = File.expand_path(env.fetch("OUT", "bench/results/ringpool.md"), ROOT)
+      @out = File.expand_path(env.fetch("OUT", Bench::Results.path("ringpool")), ROOT)
       validate
     end
 
