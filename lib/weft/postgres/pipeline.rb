@@ -333,16 +333,28 @@ module Weft
       end
 
       # Reads results until the block is true (or the deadline passes), as the connection's
-      # reader. It flushes at once what it finds unsent, its own statement included: a statement
-      # left in libpq's buffer until the reactor's next poll (to share a segment with the
-      # statements the turn's other fibers send after it) counted the time the reactor spent
-      # running those fibers as the statement's own, and on a busy reactor short statements
-      # were then marked slow (server_time_test; bench/results/postgres.md, "Third pass").
+      # reader.
+      #
+      # A caller that becomes the reader while the end-of-turn flush is armed (#schedule_flush:
+      # statements were submitted in this turn, its own maybe among them) does not flush
+      # first: that sent what was there alone, and the statements the turn's other fibers
+      # submit after it in a segment of their own, two sync points and two writes where one
+      # does. It waits for the socket to turn writable as well as readable, which the reactor's
+      # next poll finds once the turn's fibers have run, and then flushes them all (unless the
+      # end-of-turn flush came first). The statements count as sent when they are written
+      # (#mark_written), not while they sat in libpq's buffer, so the reactor's work on other
+      # fibers meanwhile is not taken for the server's time (SlowStatements).
       def lead(condition, deadline)
         @reader = condition
+        deferred = @flush_scheduled
         until yield
-          @flush_scheduled = false
-          events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
+          if deferred
+            deferred = false
+            events = IO::READABLE | IO::WRITABLE
+          else
+            @flush_scheduled = false
+            events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
+          end
           settle_ready
           # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
           break if yield || in_flight_none? || deadline&.expired?
