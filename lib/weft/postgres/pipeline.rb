@@ -90,6 +90,7 @@ module Weft
         @address = address
         @queue = []    # requests sent whose results are not all in yet, in send order
         @segment = []  # requests whose results are in, waiting for their segment's sync point
+        @spare_segment = nil # the next @segment, kept from the last settled (#settle_segment)
         @unsynced = 0  # requests sent since the last sync point (the segment being built)
         @syncs = 0     # sync points sent whose results have not come back
         @results = []  # what the reader takes from libpq in one go (#settle_ready), reused
@@ -423,7 +424,8 @@ module Weft
       # segment. Then sees to what follows.
       def settle_segment
         segment = @segment
-        @segment = []
+        @segment = @spare_segment || [] # the Array of a segment settled before, emptied
+        @spare_segment = nil
         # The server's time on the segment as far as it can be told, which is what the pool
         # learns from (SlowStatements): from the latest the server can have started on it to
         # the earliest its sync point can have arrived (#wait_and_read). Up to when the sync point
@@ -438,6 +440,8 @@ module Weft
         @clean = true
         clean ? settle_committed(segment) : settle_failed(segment)
         @owner.segment_settled(self, segment, took)
+        segment.clear
+        @spare_segment = segment
         in_flight_none? ? release_if_idle : cancel_abandoned_head
       end
 
