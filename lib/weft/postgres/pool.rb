@@ -421,8 +421,8 @@ module Weft
         begin
           yield
         ensure
-          # Free, the lock is taken back without a wait for anything to strike in; only a wait
-          # needs the mask (Thread.handle_interrupt makes a Hash of it on every call).
+          # A free lock is taken back at once, with no wait for an exception to strike in; only
+          # a wait needs the mask (Thread.handle_interrupt makes a Hash of it on every call).
           @lock.try_lock || Thread.handle_interrupt(NOWHERE) { @lock.lock }
         end
       end
