@@ -47,6 +47,35 @@ class FiberControlTest < Minitest::Test
     writer&.close
   end
 
+  # Two tasks woken in one turn, the raiser first: it raises into the other before the other's
+  # turn comes. That turn must not come: the other rescues and parks again, and a leftover turn
+  # would end its new wait at once.
+  def test_a_task_raised_into_before_its_queued_turn_is_not_resumed_by_that_turn
+    log = []
+    Weft.run do
+      go_raiser = Thread::Queue.new
+      go_target = Thread::Queue.new
+      target = Weft.spawn do
+        go_target.pop
+        log << :target_popped
+      rescue RuntimeError
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        sleep 0.05
+        log << (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started >= 0.05 ? :slept_in_full : :woken_early)
+      end
+      raiser = Weft.spawn do
+        go_raiser.pop
+        target.fiber.raise("x")
+        log << :raiser_went_on
+      end
+      sleep 0.01 # both are parked now
+      go_raiser << 1
+      go_target << 1 # both woken in this turn, the raiser first
+      Weft.gather(raiser, target)
+    end
+    assert_equal %i[raiser_went_on slept_in_full], log
+  end
+
   def test_a_raiser_cancelled_before_it_goes_on_is_not_woken_again
     log = []
     Weft.run do

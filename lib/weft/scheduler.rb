@@ -248,6 +248,9 @@ module Weft
       # Fibers woken and waiting for their turn, mapped to the value #suspend returns to them.
       # A Hash rather than an Array so that a fiber raised into while queued can be taken out.
       @ready = {}.compare_by_identity
+      # The fibers of the turn being run: #run_ready swaps it with @ready, so that wake-ups
+      # during the turn go to the other Hash. Holds only fibers still waiting for their turn.
+      @running = {}.compare_by_identity
       # Tasks spawned and waiting to start, in spawn order.
       @starting = []
       # Idle fibers that ran a task and wait for the next one (see #worker_fiber).
@@ -417,9 +420,14 @@ module Weft
       @suspended[fiber] = blocker
       timer = @timers.after(timeout, suspend_timeout(fiber)) if timeout
       @selector.transfer
+    rescue Exception # rubocop:disable Lint/RescueException
+      # Raised into (a cancellation, Fiber#raise), maybe after a wake-up queued it: its turn
+      # must not come. Resumed by its turn instead, it is in neither queue (#run_ready).
+      @ready.delete(fiber)
+      @running.delete(fiber)
+      raise
     ensure
       @suspended.delete(fiber)
-      @ready.delete(fiber)
       timer&.cancel
     end
 
@@ -643,6 +651,7 @@ module Weft
         yield
       ensure
         @ready.delete(current)
+        @running.delete(current) # queued, and a turn began, before control came back
       end
     end
 
@@ -869,14 +878,25 @@ module Weft
 
     def run_ready
       # Run only the fibers that were ready when this turn began: ones woken meanwhile wait for
-      # the next turn, after I/O has been polled, so busy fibers cannot starve the sockets.
-      # The block takes the index it does not need: on Ruby 3.3, YJIT cannot call a block that
-      # takes fewer parameters than Integer#times yields directly (its fallback,
-      # iseq_arity_error in --yjit-stats, was once per fiber switch).
-      @ready.size.times do |_|
-        fiber, value = @ready.shift
-        break unless fiber
+      # the next turn, after I/O has been polled, so busy fibers cannot starve the sockets. The
+      # turn's Hash is walked in place while wake-ups go to the other, empty one: taking the
+      # fibers out with Hash#shift made a [fiber, value] Array for every wake-up. Each entry
+      # leaves before its fiber runs, so that the Hash holds only fibers still to run (a fiber
+      # raised into before its turn takes itself out, see #suspend, and the walk skips it).
+      running = @ready
+      @ready = @running
+      @running = running
+      running.each_pair do |fiber, value|
+        running.delete(fiber)
         fiber.weft_transfer(value) if fiber.alive?
+      end
+    ensure
+      # An exception escaped the walk (an Interrupt in the loop fiber): the fibers it did not
+      # reach go first on the next turn, as they would have stayed at the head of one queue.
+      unless running.empty?
+        @running = @ready
+        @ready = running.update(@running)
+        @running.clear
       end
     end
 

@@ -90,6 +90,7 @@ module Weft
         @address = address
         @queue = []    # requests sent whose results are not all in yet, in send order
         @segment = []  # requests whose results are in, waiting for their segment's sync point
+        @spare_segment = nil # the next @segment, kept from the last settled (#settle_segment)
         @unsynced = 0  # requests sent since the last sync point (the segment being built)
         @syncs = 0     # sync points sent whose results have not come back
         @results = []  # what the reader takes from libpq in one go (#settle_ready), reused
@@ -333,16 +334,28 @@ module Weft
       end
 
       # Reads results until the block is true (or the deadline passes), as the connection's
-      # reader. It flushes at once what it finds unsent, its own statement included: a statement
-      # left in libpq's buffer until the reactor's next poll (to share a segment with the
-      # statements the turn's other fibers send after it) counted the time the reactor spent
-      # running those fibers as the statement's own, and on a busy reactor short statements
-      # were then marked slow (server_time_test; bench/results/postgres.md, "Third pass").
+      # reader.
+      #
+      # A caller that becomes the reader while the end-of-turn flush is armed (#schedule_flush:
+      # statements were submitted in this turn, its own maybe among them) does not flush
+      # first: that sent what was there alone, and the statements the turn's other fibers
+      # submit after it in a segment of their own, two sync points and two writes where one
+      # does. It waits for the socket to turn writable as well as readable, which the reactor's
+      # next poll finds once the turn's fibers have run, and then flushes them all (unless the
+      # end-of-turn flush came first). The statements count as sent when they are written
+      # (#mark_written), not while they sat in libpq's buffer, so the reactor's work on other
+      # fibers meanwhile is not taken for the server's time (SlowStatements).
       def lead(condition, deadline)
         @reader = condition
+        deferred = @flush_scheduled
         until yield
-          @flush_scheduled = false
-          events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
+          if deferred
+            deferred = false
+            events = IO::READABLE | IO::WRITABLE
+          else
+            @flush_scheduled = false
+            events = flush ? IO::READABLE : IO::READABLE | IO::WRITABLE
+          end
           settle_ready
           # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
           break if yield || in_flight_none? || deadline&.expired?
@@ -411,7 +424,8 @@ module Weft
       # segment. Then sees to what follows.
       def settle_segment
         segment = @segment
-        @segment = []
+        @segment = @spare_segment || [] # the Array of a segment settled before, emptied
+        @spare_segment = nil
         # The server's time on the segment as far as it can be told, which is what the pool
         # learns from (SlowStatements): from the latest the server can have started on it to
         # the earliest its sync point can have arrived (#wait_and_read). Up to when the sync point
@@ -426,6 +440,8 @@ module Weft
         @clean = true
         clean ? settle_committed(segment) : settle_failed(segment)
         @owner.segment_settled(self, segment, took)
+        segment.clear
+        @spare_segment = segment
         in_flight_none? ? release_if_idle : cancel_abandoned_head
       end
 

@@ -421,7 +421,9 @@ module Weft
         begin
           yield
         ensure
-          Thread.handle_interrupt(NOWHERE) { @lock.lock }
+          # A free lock is taken back at once, with no wait for an exception to strike in; only
+          # a wait needs the mask (Thread.handle_interrupt makes a Hash of it on every call).
+          @lock.try_lock || Thread.handle_interrupt(NOWHERE) { @lock.lock }
         end
       end
 
