@@ -36,7 +36,7 @@ class PostgresSlowStatementsTest < Minitest::Test
     assert_in_delta LONG * 3, @slow.seconds("select pg_sleep(1)")
     @slow.observe_segment([Statement.new("select pg_sleep(1)"), Statement.new("select 1")], LONG * 5)
     assert_in_delta LONG * 5, @slow.seconds("select pg_sleep(1)")
-    assert_in_delta LONG * 5, @slow.seconds("select 1"), "a segment's statements each take its time"
+    assert_in_delta LONG * 5, @slow.seconds("select 1") # a segment's statements each take its time
     @slow.observe("select pg_sleep(1)", LONG / 10)
     assert_nil @slow.seconds("select pg_sleep(1)")
   end

@@ -495,9 +495,10 @@ module Weft
       # --- Shared use ---------------------------------------------------------------------------
 
       # A caller of #query waiting for a pipeline slot; `woken` while a wake-up is on its way
-      # to it (see #wake_slot_waiter); `since`: when it began to wait (see #release); `slow`:
-      # whether its statement is known to run long (it may queue behind another, #behind_slow).
-      SlotWaiter = Struct.new(:condition, :woken, :since, :slow)
+      # to it (see #wake_slot_waiter); `since`: when it began to wait (see #release);
+      # `long_for`: seconds its statement is known to run, nil unless known to run long (it
+      # may queue behind another such, #behind_slow).
+      SlotWaiter = Struct.new(:condition, :woken, :since, :long_for)
       private_constant :SlotWaiter
 
       # A pipeline with a free slot (#free_pipeline). When none has one, the caller waits in
@@ -507,10 +508,11 @@ module Weft
       # behind them held the pool to one statement per turn while a line lasted. Past
       # acquire_timeout a waiter queues behind a slow statement if a connection carrying one
       # has room (#past_acquire_timeout).
-      # @param slow [Boolean] whether the statement is known to run long (#behind_slow)
-      def shared_pipeline(slow)
+      # @param long_for [Float, nil] seconds the statement is known to run, nil unless known to
+      #   run long (#behind_slow)
+      def shared_pipeline(long_for)
         # Most callers find room at once: no line to join, no wake-up to hand on.
-        pipeline = free_pipeline(nil, slow)
+        pipeline = free_pipeline(nil, long_for)
         return pipeline if pipeline
 
         waiter = nil
@@ -518,7 +520,7 @@ module Weft
         served = false
         loop do
           if waiter.nil? || waiter.woken || @slot_queue.first.equal?(waiter)
-            pipeline = free_pipeline(waiter, slow)
+            pipeline = free_pipeline(waiter, long_for)
             return pipeline if (served = !pipeline.nil?)
           end
 
@@ -529,7 +531,7 @@ module Weft
             return pipeline
           end
           unless waiter
-            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false, Timers.now, slow)
+            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false, Timers.now, long_for)
             @slot_queue << waiter
             Trace.event(:slot_wait) if Trace::ON
           end
@@ -556,7 +558,7 @@ module Weft
       # the wake-up on: a connect takes a while (a busy server, a busy reactor, up to
       # connect_timeout), and while it held the line's one wake-up, a connection that came free
       # meanwhile sat unused with callers waiting behind it, who got PoolTimeout.
-      def free_pipeline(waiter, slow)
+      def free_pipeline(waiter, long_for)
         if !@idle.empty? && (connection = take_idle)
           return share(connection)
         end
@@ -568,13 +570,13 @@ module Weft
           return share(open_connection)
         end
 
-        least_loaded || (queue_behind_slow if slow && (waiter || @slot_queue.empty?))
+        least_loaded || (queue_behind_slow(long_for) if long_for && (waiter || @slot_queue.empty?))
       end
 
       # #behind_slow, counted (statistics[:queued_behind_slow]) when found: the caller sends
       # its statement there.
-      def queue_behind_slow
-        pipeline = behind_slow
+      def queue_behind_slow(long_for)
+        pipeline = behind_slow(long_for)
         @queued_behind_slow += 1 if pipeline
         pipeline
       end
@@ -582,7 +584,9 @@ module Weft
       # Whether #free_pipeline would find something now for the first in line (without taking
       # it).
       def slot_free?
-        !@idle.empty? || room? || !least_loaded.nil? || (@slot_queue.first&.slow && !behind_slow.nil?)
+        return true if !@idle.empty? || room? || !least_loaded.nil?
+        long_for = @slot_queue.first&.long_for
+        !long_for.nil? && !behind_slow(long_for).nil?
       end
 
       # Wakes the first caller waiting for a slot, unless a wake-up is already on its way to
@@ -648,7 +652,7 @@ module Weft
           request.slow = true
           request.alone = true
         end
-        pipeline = shared_pipeline(request.slow)
+        pipeline = shared_pipeline(request.slow ? @slow_statements.seconds(sql) : nil)
         begin
           pipeline.submit(request)
         ensure
@@ -759,11 +763,14 @@ module Weft
       # connection idles (the Rails benchmark's sleeps, one ending on some connection every
       # few milliseconds; bench/results/rails-trace.md). One statement at most waits behind
       # another, so a connection is never committed further ahead than that; none waits behind
-      # one that has run over twice its known time (it may run much longer this time: waiting
-      # for whichever connection frees first is the better bet then), nor behind one whose
-      # caller left (it is being cancelled).
+      # one due to run on for longer than it runs itself (a statement marked slow by mistake,
+      # or a shorter one, would wait far longer there than in line), or that has run over
+      # twice its known time (it may run much longer this time: waiting for whichever
+      # connection frees first is the better bet then), or whose caller left (it is being
+      # cancelled).
+      # @param long_for [Float] seconds the statement to send is known to run
       # @return [Pipeline, nil]
-      def behind_slow
+      def behind_slow(long_for)
         now = Timers.now
         best = nil
         best_end = nil
@@ -772,7 +779,7 @@ module Weft
           ahead = pipeline.lone_slow or next
           seconds = @slow_statements.seconds(ahead.sql) or next
           started = pipeline.segment_start(ahead)
-          next if now - started > 2 * seconds
+          next if now - started > 2 * seconds || started + seconds - now > long_for
           if best.nil? || started + seconds < best_end
             best = pipeline
             best_end = started + seconds
