@@ -188,40 +188,6 @@ class PostgresRoutingTest < Minitest::Test
     assert_equal 0, db.statistics[:waiting]
   end
 
-  # A caller waiting to lease gets the connection drained for it, even when callers of #query
-  # have waited longer: they have the other connections, and one not drained. (Given to them,
-  # the drain was for nothing: the connection stopped taking statements, idled until a woken
-  # caller took it, and the lease waited until it was the longest waiter of all, as long as a
-  # caller of #query waits.) Here one connection and a line of 40 callers, each statement 8 ms.
-  def test_a_connection_drained_for_a_lease_goes_to_it
-    db = pool(limit: 1, pipeline_depth: 1)
-    reactor do
-      stop = false
-      loopers = Array.new(40) { |i| Weft.spawn { db.query("select pg_sleep(0.008), $1::int", i) until stop } }
-      begin
-        sleep 0.01 until db.statistics[:waiting] > 30
-        sleep 0.2 # the line's first has waited a while
-        waits = Array.new(3) do
-          started = now
-          lease = db.lease
-          waited = now - started
-          lease.release
-          sleep 0.05
-          waited
-        end
-        before = db.statistics[:queries]
-        sleep 0.2
-        during = db.statistics[:queries] - before
-      ensure
-        stop = true
-        Weft.gather(loopers)
-      end
-      assert_operator waits.max, :<, 0.15, "a lease waited #{waits.max.round(3)}s for a connection drained for it"
-      assert_operator during, :>=, 5, "the line stopped moving"
-    end
-    assert_equal 0, db.statistics[:waiting]
-  end
-
   # Shared connections busy, and several callers waiting to lease one: one connection at a
   # time drains for them, so the others keep carrying statements; the leases are handed out in
   # the order they were asked for. (The statements take 20 ms, each with a text of its own, so

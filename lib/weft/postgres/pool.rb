@@ -400,14 +400,12 @@ module Weft
         wake_slot_waiter
       end
 
-      # @api private: nothing is in flight any more; the connection becomes free (one drained
-      # for the callers waiting to pin goes to them, see #release).
+      # @api private: nothing is in flight any more; the connection becomes free.
       def pipeline_drained(pipeline)
         connection = pipeline.connection
         return unless @shared.delete(connection)
-        drained = pipeline.draining?
         pipeline.draining = false
-        release(connection, drained: drained)
+        release(connection)
       end
 
       # @api private: the connection failed; everything in flight was failed already.
@@ -1067,19 +1065,11 @@ module Weft
       # request's other statements) got PoolTimeout after acquire_timeout, with the
       # connections counted neither pinned nor shared as they were on their way to the next
       # lease ("2 pinned, 0 shared, 250 waiting" for a limit of 5).
-      #
-      # Except a connection `drained` for them (#pipeline_to_drain: one at a time), which goes
-      # to the first caller waiting to pin whoever came first. Given to the slot line when that
-      # had waited longer, the drain had been for nothing: the connection had stopped taking
-      # statements to empty, idled until a woken waiter ran to take it, and the caller waiting
-      # to pin, not woken, started no other drain until a connection given back found it the
-      # longest waiter. Leases get one draining connection at a time, the slot line the others.
-      # @param drained [Boolean] whether it was drained for the callers waiting to pin
-      def release(connection, drained: false)
+      def release(connection)
         connection.released_at = Timers.now
         if @closed || expired?(connection)
           discard(connection)
-        elsif (ticket = first_unserved_pin) && (drained || !slot_line_first?(ticket))
+        elsif (ticket = first_unserved_pin) && !slot_line_first?(ticket)
           ticket.connection = connection
           ticket.condition.signal
         else
