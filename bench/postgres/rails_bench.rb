@@ -104,6 +104,21 @@ module PostgresBench
       [value, most]
     end
 
+    # Clock ticks per second of /proc/*/stat's CPU times (USER_HZ; 100 on Linux).
+    CLOCK_TICKS = Integer(`getconf CLK_TCK`.strip, exception: false) || 100
+
+    # CPU seconds (user + system) used so far by the processes of a process group: the server
+    # under test (Falcon's forked worker included), read from /proc.
+    def group_cpu(group)
+      Dir.glob("/proc/[0-9]*/stat").sum do |path|
+        # The command (field 2) is in parentheses and may hold spaces: split after it.
+        fields = File.read(path).split(") ", 2).last.split
+        fields[2].to_i == group ? fields[11].to_i + fields[12].to_i : 0 # pgrp, utime, stime
+      rescue SystemCallError
+        0 # the process ended meanwhile
+      end.to_f / CLOCK_TICKS
+    end
+
     # Waits until no statement has run on `database` for half a second: the requests that
     # the last load left queued are done. (A quick answer to one request is not proof of that
     # on its own: Weft's pool sends a new statement to its least busy connection, which may be
@@ -129,15 +144,17 @@ module PostgresBench
       prepare(name)
       database = "weft_rails_#{name}"
       env = environment(name)
-      HttpBench.serve("rails-#{name}", server(name)[:command], env) do |port, log|
+      HttpBench.serve("rails-#{name}", server(name)[:command], env) do |port, log, group|
         url = "http://127.0.0.1:#{port}/"
         HttpBench.wrk_url(url, 3, 20, script: SCRIPT, script_args: ["warm-up", AUTHORS.to_s])
         wait_idle(database)
         HttpBench.settle(port, fast: SLEEP * 4, probe: ->(http) { post(http, "settle-#{rand(1 << 60)}") })
+        cpu_before = group_cpu(group)
         closed, backends = watching_backends(database) do
           HttpBench.wrk_url(url, seconds, connections, script: SCRIPT, script_args: ["closed", AUTHORS.to_s])
         end
         closed[:backends] = backends
+        closed[:cpu_ms] = (group_cpu(group) - cpu_before) * 1000 / (closed[:rps] * seconds)
         warn "#{name} closed loop c=#{connections}: #{closed.inspect}"
         open = RailsOpenLoop::RATES.map { |rate| open_loop_step(name, database, jmeter, port, rate, seconds) }
         { closed: closed, open: open, timeouts: File.read(log).scan(/ConnectionTimeoutError/).size }
@@ -200,14 +217,17 @@ module PostgresBench
 
       closed_rows = names.map do |name|
         r = results[name][:closed]
-        [label.call(name), PostgresBench.format_number(r[:rps]), ms(r[:p50]), ms(r[:p99]), r[:errors], r[:backends], results[name][:timeouts]]
+        [label.call(name), PostgresBench.format_number(r[:rps]), ms(r[:p50]), ms(r[:p99]), r[:errors], r[:backends], results[name][:timeouts],
+         format("%.1f", r[:cpu_ms])]
       end
       page.paragraph("## Closed loop: wrk -c#{connections}, #{seconds} s\n\n`wrk -t2 -c#{connections} -d#{seconds}s --timeout 30s " \
                      "--latency -s bench/postgres/rails_post.lua` (each request a new title for a random one of #{AUTHORS} authors), " \
                      "after a 3 s warm-up at 20 connections. Errors: non-2xx answers and socket errors. Backends: the most " \
                      "connections to the server's database in pg_stat_activity, sampled every 20 ms. Timeouts: " \
-                     "ActiveRecord::ConnectionTimeoutError in the server's log over the whole run.")
-      page.table(["server", "requests/s", "p50 ms", "p99 ms", "errors", "backends (max)", "ConnectionTimeoutError"], closed_rows)
+                     "ActiveRecord::ConnectionTimeoutError in the server's log over the whole run. CPU: the server's " \
+                     "processes' user + system time (/proc) over the closed loop, per request answered in it.")
+      page.table(["server", "requests/s", "p50 ms", "p99 ms", "errors", "backends (max)", "ConnectionTimeoutError", "CPU ms per request"],
+                 closed_rows)
       if results["weft"]
         weft = results["weft"][:closed][:rps]
         ratios = (names - ["weft"]).map { |name| format("%s %.2fx", label.call(name), weft / results[name][:closed][:rps]) }
