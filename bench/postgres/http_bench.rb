@@ -111,13 +111,14 @@ module PostgresBench
     # Starts `command` (a lambda of the port) in a process group of its own with `env`, waits
     # until it listens, yields the port and the path of its log (standard output and error),
     # then stops the whole group (Falcon's forked child too).
-    # @yieldparam port [Integer] @yieldparam log [String]
+    # @yieldparam port [Integer] @yieldparam log [String] @yieldparam group [Integer] the
+    #   process group's id
     def serve(name, command, env)
       port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
       log = File.join(Dir.tmpdir, "weft-bench-#{name}.log")
       pid = Process.spawn(env, *command.call(port), out: log, err: log, pgroup: true, chdir: ROOT)
       wait_for(port, pid, log)
-      yield port, log
+      yield port, log, pid
     ensure
       if pid
         Process.kill("TERM", -pid) rescue nil # rubocop:disable Style/RescueModifier

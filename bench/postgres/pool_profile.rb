@@ -74,7 +74,7 @@ module PostgresBench
 
       private
 
-      def remember(sql)
+      def remember(*) # (sql), or (sql, seconds) since SlowStatements keeps how long
         MarkingCounter.count += 1
         super
       end

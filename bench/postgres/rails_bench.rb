@@ -34,6 +34,8 @@ module PostgresBench
     FORM = { "content-type" => "application/x-www-form-urlencoded" }.freeze
     # A request sleeps 0.05 s in PostgreSQL, and a connection runs one statement at a time.
     SLEEP = 0.05
+    # Seconds of the closed loop left out of its steady rate (#counting_posts).
+    STEADY_AFTER = 3
 
     module_function
 
@@ -81,8 +83,12 @@ module PostgresBench
       http.post("/authors/#{rand(1..AUTHORS)}/posts", URI.encode_www_form(title: title), FORM)
     end
 
-    # The app's connections to a database; not autovacuum's workers, which visit it too.
-    BACKENDS = "select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend'"
+    # What #counting_posts's connection calls itself, so that it is not counted as the app's.
+    COUNTER = "weft-bench-counter"
+    # The app's connections to a database; not autovacuum's workers, which visit it too, nor
+    # #counting_posts's.
+    BACKENDS = "select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend' " \
+               "and application_name <> '#{COUNTER}'"
 
     # Runs the block while a thread counts the client backends of `database` every 20 ms.
     # @return [Array(Object, Integer)] the block's value and the most backends seen
@@ -102,6 +108,44 @@ module PostgresBench
       done = true
       watcher.join
       [value, most]
+    end
+
+    # The closed loop's rate past its start: posts inserted (one per request, in its
+    # transaction) from STEADY_AFTER seconds after the load began to half a second before it
+    # ends, counted in the app's database by a thread of its own. wrk's rate averages over the
+    # whole run, and a server that admits all 200 connections at once spends its first second or
+    # two getting their requests through their first steps before many end, where one that
+    # serves a few at a time answers from the start (bench/results/rails-trace.md).
+    # @return [Thread] its value: requests/s
+    def counting_posts(database, seconds)
+      url = PostgresBench.database[:url].sub(%r{/[^/]*\z}, "/#{database}")
+      Thread.new do
+        conn = PG.connect(url, application_name: COUNTER)
+        count = -> { [conn.exec("select count(*) from posts").getvalue(0, 0).to_i, PostgresBench.now] }
+        began = PostgresBench.now
+        sleep STEADY_AFTER
+        first, from = count.call
+        sleep [began + seconds - 0.5 - PostgresBench.now, 0].max
+        last, to = count.call
+        (last - first) / (to - from)
+      ensure
+        conn&.close
+      end
+    end
+
+    # Clock ticks per second of /proc/*/stat's CPU times (USER_HZ; 100 on Linux).
+    CLOCK_TICKS = Integer(`getconf CLK_TCK`.strip, exception: false) || 100
+
+    # CPU seconds (user + system) used so far by the processes of a process group: the server
+    # under test (Falcon's forked worker included), read from /proc.
+    def group_cpu(group)
+      Dir.glob("/proc/[0-9]*/stat").sum do |path|
+        # The command (field 2) is in parentheses and may hold spaces: split after it.
+        fields = File.read(path).split(") ", 2).last.split
+        fields[2].to_i == group ? fields[11].to_i + fields[12].to_i : 0 # pgrp, utime, stime
+      rescue SystemCallError
+        0 # the process ended meanwhile
+      end.to_f / CLOCK_TICKS
     end
 
     # Waits until no statement has run on `database` for half a second: the requests that
@@ -129,15 +173,19 @@ module PostgresBench
       prepare(name)
       database = "weft_rails_#{name}"
       env = environment(name)
-      HttpBench.serve("rails-#{name}", server(name)[:command], env) do |port, log|
+      HttpBench.serve("rails-#{name}", server(name)[:command], env) do |port, log, group|
         url = "http://127.0.0.1:#{port}/"
         HttpBench.wrk_url(url, 3, 20, script: SCRIPT, script_args: ["warm-up", AUTHORS.to_s])
         wait_idle(database)
         HttpBench.settle(port, fast: SLEEP * 4, probe: ->(http) { post(http, "settle-#{rand(1 << 60)}") })
+        cpu_before = group_cpu(group)
+        steady = counting_posts(database, seconds)
         closed, backends = watching_backends(database) do
           HttpBench.wrk_url(url, seconds, connections, script: SCRIPT, script_args: ["closed", AUTHORS.to_s])
         end
         closed[:backends] = backends
+        closed[:steady_rps] = steady.value
+        closed[:cpu_ms] = (group_cpu(group) - cpu_before) * 1000 / (closed[:rps] * seconds)
         warn "#{name} closed loop c=#{connections}: #{closed.inspect}"
         open = RailsOpenLoop::RATES.map { |rate| open_loop_step(name, database, jmeter, port, rate, seconds) }
         { closed: closed, open: open, timeouts: File.read(log).scan(/ConnectionTimeoutError/).size }
@@ -200,19 +248,28 @@ module PostgresBench
 
       closed_rows = names.map do |name|
         r = results[name][:closed]
-        [label.call(name), PostgresBench.format_number(r[:rps]), ms(r[:p50]), ms(r[:p99]), r[:errors], r[:backends], results[name][:timeouts]]
+        [label.call(name), PostgresBench.format_number(r[:rps]), PostgresBench.format_number(r[:steady_rps]), ms(r[:p50]), ms(r[:p99]),
+         r[:errors], r[:backends], results[name][:timeouts], format("%.1f", r[:cpu_ms])]
       end
       page.paragraph("## Closed loop: wrk -c#{connections}, #{seconds} s\n\n`wrk -t2 -c#{connections} -d#{seconds}s --timeout 30s " \
                      "--latency -s bench/postgres/rails_post.lua` (each request a new title for a random one of #{AUTHORS} authors), " \
                      "after a 3 s warm-up at 20 connections. Errors: non-2xx answers and socket errors. Backends: the most " \
                      "connections to the server's database in pg_stat_activity, sampled every 20 ms. Timeouts: " \
-                     "ActiveRecord::ConnectionTimeoutError in the server's log over the whole run.")
-      page.table(["server", "requests/s", "p50 ms", "p99 ms", "errors", "backends (max)", "ConnectionTimeoutError"], closed_rows)
+                     "ActiveRecord::ConnectionTimeoutError in the server's log over the whole run. CPU: the server's " \
+                     "processes' user + system time (/proc) over the closed loop, per request answered in it. " \
+                     "Requests/s past #{STEADY_AFTER} s: posts inserted (one per request) from #{STEADY_AFTER} s into the loop " \
+                     "to 0.5 s before its end, counted in the app's database; wrk's requests/s averages over the whole " \
+                     "loop, whose first second or two a server that admits all #{connections} connections at once spends " \
+                     "getting their requests through their first steps (bench/results/rails-trace.md).")
+      page.table(["server", "requests/s", "requests/s past #{STEADY_AFTER} s", "p50 ms", "p99 ms", "errors", "backends (max)",
+                  "ConnectionTimeoutError", "CPU ms per request"], closed_rows)
       if results["weft"]
-        weft = results["weft"][:closed][:rps]
-        ratios = (names - ["weft"]).map { |name| format("%s %.2fx", label.call(name), weft / results[name][:closed][:rps]) }
-        page.paragraph("Weft's requests/s over each peer's: #{ratios.join(', ')}. Share of the ceiling: " \
-                       "#{names.map { |name| "#{label.call(name)} #{(results[name][:closed][:rps] * 100 / ceiling).round}%" }.join(', ')}.")
+        [[:rps, "Weft's requests/s over each peer's"], [:steady_rps, "Past #{STEADY_AFTER} s"]].each do |key, lead|
+          weft = results["weft"][:closed][key]
+          ratios = (names - ["weft"]).map { |name| format("%s %.2fx", label.call(name), weft / results[name][:closed][key]) }
+          page.paragraph("#{lead}: #{ratios.join(', ')}. Share of the ceiling: " \
+                         "#{names.map { |name| "#{label.call(name)} #{(results[name][:closed][key] * 100 / ceiling).round}%" }.join(', ')}.")
+        end
       end
       page.chart("Requests/s, closed loop (ceiling #{ceiling.round}):", names.map { |name| [label.call(name), results[name][:closed][:rps]] },
                  format: "%.1f")

@@ -5,7 +5,8 @@
 # Weft::Postgres::Trace), loaded by wrk's closed loop, then each request's timeline taken
 # apart: the wait for each statement's pipeline slot, its flush, its time out on the connection
 # and the wake-up of its fiber; the lease of the transaction (wait, hold, the statements in it);
-# and what each of the pool's connections spent its time on.
+# what each of the pool's connections spent its time on; and its hand-overs (what a connection
+# did next once a pg_sleep's answer was read, and what became of one drained for a lease).
 #
 #   bundle exec ruby bench/postgres/rails_trace.rb [seconds] [connections]   # runs and reports
 #   bundle exec ruby bench/postgres/rails_trace.rb --file TRACE [from] [to]  # reports a trace
@@ -213,6 +214,58 @@ module PostgresBench
       totals.transform_values { |value| value / connections.size }.merge("connections" => connections.size)
     end
 
+    # What each connection did once a pg_sleep's answer was read: nothing to wait for (another
+    # statement was in flight behind the sleep already), or, after how long, the next write or
+    # lease; and what became of each connection drained for a caller waiting to lease: leased,
+    # or pipelined again (the drain for nothing), after how long since its last answer.
+    # @return [Hash{String => Array<Float>}] outcome => seconds, one value per occurrence
+    def handovers(events, from, to)
+      last_tag = {}
+      per_connection = Hash.new { |hash, key| hash[key] = [] }
+      sleeps = Hash.new(0)
+      events.each do |event|
+        last_tag[event.fiber] = event.detail if event.name == :query
+        if event.name == :submit && last_tag[event.fiber] == "sleep" && event.at.between?(from, to)
+          sleeps[event.detail.end_with?("/slow") ? "known as slow" : "not known as slow"] += 1
+        end
+        per_connection[event.connection] << event if event.connection
+      end
+      outcomes = Hash.new { |hash, key| hash[key] = [] }
+      per_connection.each_value do |timeline|
+        # Submitted and not yet answered: request id => whether known as slow (a fiber reuses
+        # its request object, so an id means a statement only while it is in flight).
+        in_flight = {}
+        timeline.each_with_index do |event, index|
+          in_flight[event.detail.split("/").first] = event.detail.end_with?("/slow") if event.name == :submit
+          slow = in_flight.delete(event.detail) if event.name == :answered
+          next unless event.at.between?(from, to)
+          if event.name == :drain
+            last_answer = event.at
+            timeline[(index + 1)..].each do |after|
+              case after.name
+              when :answered then last_answer = after.at
+              when :lease_got then break outcomes["drained: then leased (last answer to lease)"] << after.at - last_answer
+              when :submit then break outcomes["drained: then pipelined again (last answer to submit)"] << after.at - last_answer
+              end
+            end
+          elsif event.name == :answered && slow
+            unless in_flight.empty?
+              outcomes["pg_sleep answered: the next statement was queued behind it"] << 0.0
+              next
+            end
+            timeline[(index + 1)..].each do |after|
+              case after.name
+              when :written then break outcomes["pg_sleep answered: then the next write"] << after.at - event.at
+              when :lease_got then break outcomes["pg_sleep answered: then leased"] << after.at - event.at
+              end
+            end
+          end
+        end
+      end
+      sleeps.each { |mark, count| outcomes["pg_sleeps pipelined, #{mark}"] = Array.new(count, 0.0) }
+      outcomes
+    end
+
     def clip(intervals, from, to)
       intervals.filter_map do |start, stop|
         start = [start, from].max
@@ -267,6 +320,17 @@ module PostgresBench
       lines << "What the pool's #{use.delete('connections')} connections spent the window on (share of time, mean over connections):"
       lines << ""
       use.each { |label, share| lines << format("- %s: %.1f%%", label, share * 100) }
+      lines << ""
+      lines << "Hand-overs (a connection's next use after a pg_sleep's answer was read; connections drained for a lease):"
+      lines << ""
+      lines << "| what | n | mean ms | p50 ms | p90 ms |"
+      lines << "|---|---|---|---|---|"
+      handovers(events, from, to).sort.each do |what, values|
+        values = values.sort
+        ms = ->(value) { format("%.2f", value * 1000) }
+        lines << "| #{what} | #{values.size} | #{ms.call(values.sum / values.size)} | #{ms.call(percentile(values, 0.5))} | " \
+                 "#{ms.call(percentile(values, 0.9))} |"
+      end
       lines.join("\n")
     end
   end
@@ -282,7 +346,7 @@ if $PROGRAM_NAME == __FILE__
     seconds = Integer(ARGV.fetch(0, 5))
     connections = Integer(ARGV.fetch(1, 200))
     path, from, to, wrk = PostgresBench::RailsTrace.run(seconds, connections)
-    puts "trace: #{path}"
+    puts format("trace: %s (window: %.3f %.3f)", path, from, to)
     puts PostgresBench::RailsTrace.report(PostgresBench::RailsTrace.load(path), from, to, wrk)
   end
 end

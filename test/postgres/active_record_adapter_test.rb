@@ -78,6 +78,9 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     stats = shared_pool.statistics
     assert_operator stats[:connects], :<=, 5, stats.inspect
     assert_operator stats[:pipelined], :>, 0, "no statement was pipelined: #{stats.inspect}"
+    # With 200 sleeps for 5 connections, every connection carries one most of the time: the
+    # ones that come then queue behind the sleep due to end first (docs/postgres.md, "Routing").
+    assert_operator stats[:queued_behind_slow], :>, 0, "no sleep queued behind another: #{stats.inspect}"
   end
 
   def test_each_fibers_transaction_commits_or_rolls_back_its_own_work_only

@@ -84,6 +84,47 @@ class PostgresRoutingTest < Minitest::Test
     assert_equal 0, db.statistics[:waiting]
   end
 
+  # One connection, three known-slow statements at once: the first runs alone, the second
+  # waits for the connection and then runs on it, shared; the third queues behind it on the
+  # server (a segment of its own) instead of waiting in line for the connection to come back,
+  # so the server starts it as the second ends, without a reactor turn in between.
+  def test_a_known_slow_statement_queues_behind_one_due_to_end_first
+    db = pool(limit: 1)
+    sql = "select pg_sleep(0.3), 'behind-slow'"
+    reactor do
+      db.query(sql) # seen alone on an idle pool: remembered as slow, and how long it took
+      started = now
+      tasks = Array.new(3) { Weft.spawn { db.query(sql).ntuples } }
+      sleep 0.45 # the first has ended, the second runs
+      stats = db.statistics
+      assert_equal [2, 0, 1], [stats[:in_flight], stats[:waiting], stats[:queued_behind_slow]],
+                   "the third did not queue behind the second: #{stats}"
+      assert_equal [1, 1, 1], Weft.gather(tasks)
+      assert_operator now - started, :>=, 0.9
+    end
+    assert_equal 0, db.statistics[:waiting]
+  end
+
+  # A known-slow statement running past twice the time it took when last seen may run much
+  # longer this time: one sent meanwhile waits in line for the connection rather than behind it.
+  def test_a_known_slow_statement_does_not_queue_behind_one_running_past_its_known_time
+    db = pool(limit: 1)
+    sql = "select pg_sleep($1::float8), 'overdue'"
+    reactor do
+      db.query(sql, 0.05) # remembered as slow, taking 0.05 s
+      tasks = [Weft.spawn { db.query(sql, 0.05) }] # alone on the connection
+      tasks << Weft.spawn { db.query(sql, 0.6) } # waits for it, then runs on it, shared
+      sleep 0.3 # the 0.6 s one has run well over 0.1 s
+      tasks << Weft.spawn { db.query(sql, 0.05) }
+      sleep 0.05
+      stats = db.statistics
+      assert_equal [1, 1, 0], [stats[:in_flight], stats[:waiting], stats[:queued_behind_slow]],
+                   "it queued behind the overdue one: #{stats}"
+      Weft.gather(tasks)
+    end
+    assert_equal 0, db.statistics[:waiting]
+  end
+
   # Callers waiting for a slot are served first come, first served, woken one after another.
   # The first in line is woken by the end of the statement ahead of it, and cancelled in the
   # same reactor turn, before it can look: it must hand the wake-up on, or the others wait for

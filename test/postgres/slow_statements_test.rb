@@ -31,6 +31,16 @@ class PostgresSlowStatementsTest < Minitest::Test
     assert @slow.slow?("select pg_sleep(1)")
   end
 
+  def test_it_keeps_how_long_a_slow_statement_took_when_last_seen
+    @slow.observe("select pg_sleep(1)", LONG * 3)
+    assert_in_delta LONG * 3, @slow.seconds("select pg_sleep(1)")
+    @slow.observe_segment([Statement.new("select pg_sleep(1)"), Statement.new("select 1")], LONG * 5)
+    assert_in_delta LONG * 5, @slow.seconds("select pg_sleep(1)")
+    assert_in_delta LONG * 5, @slow.seconds("select 1") # a segment's statements each take its time
+    @slow.observe("select pg_sleep(1)", LONG / 10)
+    assert_nil @slow.seconds("select pg_sleep(1)")
+  end
+
   def test_marked_counts_every_statement_found_running_long
     @slow.observe("select pg_sleep(1)", LONG * 2)
     @slow.observe("select pg_sleep(1)", LONG * 2) # known already: counts again

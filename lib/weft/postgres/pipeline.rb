@@ -178,6 +178,26 @@ module Weft
         now - segment_start(head) > stall_after
       end
 
+      # The statement known to run long that this pipeline carries and nothing else, while the
+      # pipeline takes statements: the one a statement known to run long may queue behind (see
+      # Pool#behind_slow). Not one whose caller left: it is about to be cancelled, and a cancel
+      # request may land on whatever runs after it.
+      # @return [Request, nil]
+      def lone_slow
+        return nil if @cancelling || @draining || @slow_in_flight != 1 || @segment.size + @queue.size != 1
+        head = @queue[0]
+        head unless head.nil? || head.abandoned?
+      end
+
+      # When the server started on a segment whose first statement is `first`: when that was
+      # sent, or when the segment before it ended, whichever is later (as this process saw
+      # them: the latest it can have started).
+      # @param first [Request] the first statement of a segment in flight
+      # @return [Float] monotonic time
+      def segment_start(first)
+        @progress_at && @progress_at > first.sent_at ? @progress_at : first.sent_at
+      end
+
       # Hands a statement to libpq and sends it with the others submitted in this turn of the
       # reactor (at once outside Weft). A request marked `alone` gets a segment of its own.
       # Its statements go out in one write, and PostgreSQL answers them at the sync point
@@ -443,13 +463,6 @@ module Weft
         segment.clear
         @spare_segment = segment
         in_flight_none? ? release_if_idle : cancel_abandoned_head
-      end
-
-      # When the server started on a segment whose first statement is `first`: when that was
-      # sent, or when the segment before it ended, whichever is later (as this process saw
-      # them: the latest it can have started).
-      def segment_start(first)
-        @progress_at && @progress_at > first.sent_at ? @progress_at : first.sent_at
       end
 
       # Every statement of the segment succeeded: each caller gets its result.

@@ -322,7 +322,8 @@ module Weft
       #   waiting to pin: one at most), busy (pinned + shared), waiting (callers waiting for a
       #   connection or slot), in_flight (pipelined statements now), max_depth
       #   (most in flight on one connection so far), queries, pipelined, connects, discarded,
-      #   slow_marked (times a statement was found running long and kept apart from then on;
+      #   slow_marked (times a statement was found running long and kept apart from then on),
+      #   queued_behind_slow (known-slow statements sent behind another one due to end first;
       #   see docs/postgres.md, "Routing")
       def statistics
         synchronize do
@@ -344,6 +345,7 @@ module Weft
             connects: @connects,
             discarded: @discarded,
             slow_marked: @slow_statements.marked,
+            queued_behind_slow: @queued_behind_slow,
           }
         end
       end
@@ -456,6 +458,7 @@ module Weft
         @queries = 0
         @pipelined_queries = 0
         @max_depth = 0
+        @queued_behind_slow = 0
         @connects = 0
         @discarded = 0
       end
@@ -494,8 +497,10 @@ module Weft
       # --- Shared use ---------------------------------------------------------------------------
 
       # A caller of #query waiting for a pipeline slot; `woken` while a wake-up is on its way
-      # to it (see #wake_slot_waiter); `since`: when it began to wait (see #release).
-      SlotWaiter = Struct.new(:condition, :woken, :since)
+      # to it (see #wake_slot_waiter); `since`: when it began to wait (see #release);
+      # `long_for`: seconds its statement is known to run, nil unless known to run long (it
+      # may queue behind another such, #behind_slow).
+      SlotWaiter = Struct.new(:condition, :woken, :since, :long_for)
       private_constant :SlotWaiter
 
       # A pipeline with a free slot (#free_pipeline). When none has one, the caller waits in
@@ -505,9 +510,11 @@ module Weft
       # behind them held the pool to one statement per turn while a line lasted. Past
       # acquire_timeout a waiter queues behind a slow statement if a connection carrying one
       # has room (#past_acquire_timeout).
-      def shared_pipeline
+      # @param long_for [Float, nil] seconds the statement is known to run, nil unless known to
+      #   run long (#behind_slow)
+      def shared_pipeline(long_for)
         # Most callers find room at once: no line to join, no wake-up to hand on.
-        pipeline = free_pipeline
+        pipeline = free_pipeline(nil, long_for)
         return pipeline if pipeline
 
         waiter = nil
@@ -515,7 +522,7 @@ module Weft
         served = false
         loop do
           if waiter.nil? || waiter.woken || @slot_queue.first.equal?(waiter)
-            pipeline = free_pipeline(waiter)
+            pipeline = free_pipeline(waiter, long_for)
             return pipeline if (served = !pipeline.nil?)
           end
 
@@ -526,7 +533,7 @@ module Weft
             return pipeline
           end
           unless waiter
-            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false, Timers.now)
+            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false, Timers.now, long_for)
             @slot_queue << waiter
             Trace.event(:slot_wait) if Trace::ON
           end
@@ -544,14 +551,16 @@ module Weft
       end
 
       # A free connection (it becomes shared), a new one while below the limit, else the least
-      # loaded shared connection (Pipeline#load); nil when none has room or every one with room
-      # carries a statement known to run long.
+      # loaded shared connection (Pipeline#load), else, for a statement known to run long, the
+      # connection whose own such statement is due to end first (#behind_slow: for a caller
+      # that arrives, only while nobody waits in line, whose place it would take); nil when
+      # none has room or every one with room carries a statement known to run long.
       #
       # A `waiter` (the first in line) that opens a connection leaves the line first and passes
       # the wake-up on: a connect takes a while (a busy server, a busy reactor, up to
       # connect_timeout), and while it held the line's one wake-up, a connection that came free
       # meanwhile sat unused with callers waiting behind it, who got PoolTimeout.
-      def free_pipeline(waiter = nil)
+      def free_pipeline(waiter, long_for)
         if !@idle.empty? && (connection = take_idle)
           return share(connection)
         end
@@ -563,12 +572,23 @@ module Weft
           return share(open_connection)
         end
 
-        least_loaded
+        least_loaded || (queue_behind_slow(long_for) if long_for && (waiter || @slot_queue.empty?))
       end
 
-      # Whether #free_pipeline would find something now (without taking it).
+      # #behind_slow, counted (statistics[:queued_behind_slow]) when found: the caller sends
+      # its statement there.
+      def queue_behind_slow(long_for)
+        pipeline = behind_slow(long_for)
+        @queued_behind_slow += 1 if pipeline
+        pipeline
+      end
+
+      # Whether #free_pipeline would find something now for the first in line (without taking
+      # it).
       def slot_free?
-        !@idle.empty? || room? || !least_loaded.nil?
+        return true if !@idle.empty? || room? || !least_loaded.nil?
+        long_for = @slot_queue.first&.long_for
+        !long_for.nil? && !behind_slow(long_for).nil?
       end
 
       # Wakes the first caller waiting for a slot, unless a wake-up is already on its way to
@@ -634,7 +654,7 @@ module Weft
           request.slow = true
           request.alone = true
         end
-        pipeline = shared_pipeline
+        pipeline = shared_pipeline(request.slow ? @slow_statements.seconds(sql) : nil)
         begin
           pipeline.submit(request)
         ensure
@@ -732,6 +752,42 @@ module Weft
       # caller's deadline, whichever comes first (nil: neither, wait as long as it takes).
       def checkout_deadline
         Deadline.within(@acquire_timeout)
+      end
+
+      # For a statement known to run long, when every connection is in use and none can take
+      # it otherwise (each carries such a statement, or is draining or full): the connection
+      # whose known-slow statement, alone on it, is due to end first, going by how long that
+      # statement took when last seen (SlowStatements#seconds). The statement queues behind it
+      # in a segment of its own, so the server starts it the moment the one ahead ends. Waiting
+      # in line instead, it would wait for the same moment and then some: the answer ahead is
+      # read, the connection given back, and a waiter woken to send a statement, each when the
+      # reactor comes round to it, a few milliseconds of a busy reactor during which the
+      # connection idles (the Rails benchmark's sleeps, one ending on some connection every
+      # few milliseconds; bench/results/rails-trace.md). One statement at most waits behind
+      # another, so a connection is never committed further ahead than that; none waits behind
+      # one due to run on for longer than it runs itself (a statement marked slow by mistake,
+      # or a shorter one, would wait far longer there than in line), or that has run over
+      # twice its known time (it may run much longer this time: waiting for whichever
+      # connection frees first is the better bet then), or whose caller left (it is being
+      # cancelled).
+      # @param long_for [Float] seconds the statement to send is known to run
+      # @return [Pipeline, nil]
+      def behind_slow(long_for)
+        now = Timers.now
+        best = nil
+        best_end = nil
+        @shared.each do |connection|
+          pipeline = connection.pipeline
+          ahead = pipeline.lone_slow or next
+          seconds = @slow_statements.seconds(ahead.sql) or next
+          started = pipeline.segment_start(ahead)
+          next if now - started > 2 * seconds || started + seconds - now > long_for
+          if best.nil? || started + seconds < best_end
+            best = pipeline
+            best_end = started + seconds
+          end
+        end
+        best
       end
 
       def least_loaded

@@ -15,6 +15,9 @@ module Weft
     # as long over and over. Where the two cannot be told apart the time given is the shorter
     # one, so a statement is marked only when the server is known to have taken long.
     #
+    # It also keeps how long each one took the last time it was seen running long, so that the
+    # pool can tell when one in flight is due to end (Pool#behind_slow).
+    #
     # Bounded: past MEMORY texts the one seen slow longest ago is forgotten (texts with literal
     # values in them, as ActiveRecord writes without prepared statements, are seldom repeated).
     # Used under the pool's lock.
@@ -26,7 +29,7 @@ module Weft
       MEMORY = 256
 
       def initialize
-        @texts = {} # SQL => true, the most recently seen slow last
+        @texts = {} # SQL => seconds it took when last seen slow, the most recently seen slow last
         @marked = 0
       end
 
@@ -40,6 +43,13 @@ module Weft
         !@texts.empty? && @texts.key?(sql)
       end
 
+      # @param sql [String]
+      # @return [Float, nil] seconds the statement took the last time it ran long (for a
+      #   statement of a segment: the segment's time), nil unless it is known as slow
+      def seconds(sql)
+        @texts[sql]
+      end
+
       # Records how long a segment of pipelined statements took on the server, from the first
       # one's start to the sync point after the last.
       # @param requests [Array<Request>] the segment's statements
@@ -47,7 +57,7 @@ module Weft
       # @return [void]
       def observe_segment(requests, seconds)
         if seconds >= LONG
-          requests.each { |request| remember(request.sql) }
+          requests.each { |request| remember(request.sql, seconds) }
         elsif !@texts.empty?
           requests.each { |request| @texts.delete(request.sql) }
         end
@@ -60,7 +70,7 @@ module Weft
       # @return [void]
       def observe(sql, seconds)
         if seconds >= LONG
-          remember(sql)
+          remember(sql, seconds)
         elsif !@texts.empty?
           @texts.delete(sql)
         end
@@ -69,10 +79,10 @@ module Weft
 
       private
 
-      def remember(sql)
+      def remember(sql, seconds)
         @marked += 1
         @texts.delete(sql)
-        @texts[sql] = true
+        @texts[sql] = seconds
         @texts.shift if @texts.size > MEMORY
       end
     end
