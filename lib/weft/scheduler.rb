@@ -509,7 +509,7 @@ module Weft
     # @param timeout [Numeric] seconds, above 0
     # @return [Integer, false] the ready events, or false on timeout
     def io_wait_coarse(io, events, timeout)
-      io_timeout(Fiber.current).wait_coarse(io, events, timeout)
+      coarse_waiter.wait_coarse(io, events, timeout)
     end
 
     # What #io_wait_coarse waits with in the current fiber, for code that waits many times in a

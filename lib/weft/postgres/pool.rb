@@ -521,7 +521,8 @@ module Weft
         deadline = nil
         served = false
         loop do
-          if waiter.nil? || waiter.woken || @slot_queue.first.equal?(waiter)
+          # Not before it waited: the look above found nothing, under the lock held since.
+          if waiter && (waiter.woken || @slot_queue.first.equal?(waiter))
             pipeline = free_pipeline(waiter, long_for)
             return pipeline if (served = !pipeline.nil?)
           end
