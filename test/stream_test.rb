@@ -195,8 +195,9 @@ class StreamTest < Minitest::Test
       end
     end.new
     stream, peer = pair
-    Thread.new { sleep 0.05; peer.write("x") }.join(0) # the first wait sees it arrive
+    writer = Thread.new { sleep 0.05; peer.write("x") } # the first wait sees it arrive
     assert_equal 1, stream.fill(waiter)
+    writer.join # before teardown closes `peer` under a writer not yet back from its write
     assert_raises(ArgumentError) { 2.times { stream.fill(waiter) } }
     assert_equal [stream.to_io, :read, false], waiter.calls.first
   end

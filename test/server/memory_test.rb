@@ -34,8 +34,9 @@ class ServerMemoryTest < Minitest::Test
 
   # Whatever the first large uploads leave in the process, more of them do not add to it: a
   # string kept (or left for the GC) per read, as before the buffers were reused, would add
-  # ~40 MB per upload, 160 MB here. The bound leaves room for the RSS's swings between uploads
-  # (±15 MB on Ruby 3.3, as the GC grows and trims its heap).
+  # ~40 MB per upload, 160 MB here. The bound, half of that, leaves room for the RSS's swings
+  # between uploads as the GC grows and trims its heap: ±15 MB on Ruby 3.3 as a rule, and a
+  # growth of 41 MB seen once in CI (a bound of 40 failed there).
   def test_more_large_uploads_do_not_grow_the_server
     skip "needs /proc (Linux)" unless File.readable?("/proc/self/status")
     port = free_tcp_port
@@ -45,7 +46,7 @@ class ServerMemoryTest < Minitest::Test
       before = rss_mb(pid)
       4.times { |i| assert_equal (100 * MB).to_s, upload(port, 100 * MB, chunked: i.odd?) }
       growth = rss_mb(pid) - before
-      assert_operator growth, :<, 40, "RSS grew by #{growth.round(1)} MB over four more 100 MB uploads"
+      assert_operator growth, :<, 80, "RSS grew by #{growth.round(1)} MB over four more 100 MB uploads"
     end
   end
 
