@@ -105,6 +105,28 @@ class PostgresRoutingTest < Minitest::Test
     assert_equal 0, db.statistics[:waiting]
   end
 
+  # A known-slow statement does not queue behind one due to run on for much longer than it
+  # takes itself: in line, it gets the connection as soon as the long one ends, the same as
+  # behind it, without committing the connection to it while something shorter may come.
+  def test_a_known_slow_statement_does_not_queue_behind_a_much_longer_one
+    db = pool(limit: 1)
+    long = "select pg_sleep(0.4), 'long'"
+    short = "select pg_sleep(0.1), 'shorter'"
+    reactor do
+      db.query(long) # each seen alone: remembered as slow, with its time
+      db.query(short)
+      tasks = Array.new(2) { Weft.spawn { db.query(long) } } # one alone, then one shared
+      sleep 0.5 # the second long one runs, shared, for about 0.3 s more
+      tasks << Weft.spawn { db.query(short) } # 0.3 s left ahead of it: over 1.25 x 0.1 s
+      sleep 0.05
+      stats = db.statistics
+      assert_equal [1, 1, 0], [stats[:in_flight], stats[:waiting], stats[:queued_behind_slow]],
+                   "it queued behind the longer one: #{stats}"
+      Weft.gather(tasks)
+    end
+    assert_equal 0, db.statistics[:waiting]
+  end
+
   # A known-slow statement running past twice the time it took when last seen may run much
   # longer this time: one sent meanwhile waits in line for the connection rather than behind it.
   def test_a_known_slow_statement_does_not_queue_behind_one_running_past_its_known_time

@@ -50,6 +50,9 @@ module Weft
       # benchmark with a slow statement every N requests. One the pool has seen run long
       # (SlowStatements) is kept apart from the start (see docs/postgres.md, "Routing").
       STALL_AFTER = 0.002
+      # A known-slow statement queues behind another due to end within this many times its own
+      # known time (#behind_slow).
+      SAME_LENGTH = 1.25
       # Seconds a connection given back after an interrupted statement may take to be made
       # usable again (cancel, drain, rollback) before it is closed instead.
       RESET_GRACE = 2.0
@@ -766,11 +769,13 @@ module Weft
       # connection idles (the Rails benchmark's sleeps, one ending on some connection every
       # few milliseconds; bench/results/rails-trace.md). One statement at most waits behind
       # another, so a connection is never committed further ahead than that; none waits behind
-      # one due to run on for longer than it runs itself (a statement marked slow by mistake,
-      # or a shorter one, would wait far longer there than in line), or that has run over
-      # twice its known time (it may run much longer this time: waiting for whichever
-      # connection frees first is the better bet then), or whose caller left (it is being
-      # cancelled).
+      # one due to run on for clearly longer than it runs itself, over SAME_LENGTH times (a
+      # statement marked slow by mistake, or a shorter one, would wait far longer there than
+      # in line; the margin is for the few percent by which one statement's known time moves
+      # between runs: compared exactly, a statement was refused a place behind its own SQL
+      # whenever that had last run 4 ms longer), or that has run over twice its known time (it
+      # may run much longer this time: waiting for whichever connection frees first is the
+      # better bet then), or whose caller left (it is being cancelled).
       # @param long_for [Float] seconds the statement to send is known to run
       # @return [Pipeline, nil]
       def behind_slow(long_for)
@@ -782,7 +787,7 @@ module Weft
           ahead = pipeline.lone_slow or next
           seconds = @slow_statements.seconds(ahead.sql) or next
           started = pipeline.segment_start(ahead)
-          next if now - started > 2 * seconds || started + seconds - now > long_for
+          next if now - started > 2 * seconds || started + seconds - now > SAME_LENGTH * long_for
           if best.nil? || started + seconds < best_end
             best = pipeline
             best_end = started + seconds
