@@ -35,6 +35,14 @@ module RingpoolBench
         number with overlapping lockouts in the allocations table afterwards (PostgreSQL's
         exclusion constraint forbids them; the count checks it held).
       TEXT
+      if @settings.front
+        report.paragraph(<<~TEXT)
+          **With a front:** JMeter sends to #{@settings.front}, and each shard serves the public API on an
+          address of its own (`RINGPOOL_SHARD_PORT`, apps/ringpool/config/weft.rb), as the seed's team
+          ran a proxy per host in front of their shards. Without a front, the requests a stopped shard
+          had accepted wait for JMeter's timeout whatever the server (ringpool-faults.md).
+        TEXT
+      end
       Faults::SCENARIOS.each { |scenario| section(report, scenario, @outcomes.select { |outcome| outcome.scenario == scenario }) }
       report.write(path)
     end

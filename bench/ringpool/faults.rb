@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "fault_report"
+require_relative "front"
 
 module RingpoolBench
   # The fault runs of issue #10 (`bench/ringpool/run --faults`): for each of SERVERS, JMeter at a
@@ -15,6 +16,10 @@ module RingpoolBench
   #
   #   FAULT_RATE=100  FAULT_SECONDS=40  FAULT_AT=12  STALL_SECONDS=10  (and run.rb's POOLS, SIZES,
   #   LOCKOUT, ITEMS, BODIES, SEED, SHARDS, SERVERS, HEADROOM, RAMP, TIMEOUT_MS)
+  #
+  # FRONT=haproxy (with SERVERS=weft): JMeter talks to HAProxy in front of the shards instead of
+  # to the shards' shared listener (Front; FRONT_TIMEOUT_MS, FRONT_CHECK_MS); writes
+  # ringpool-faults-front.md.
   module Faults
     SCENARIOS = %w[stall pg_restart].freeze
 
@@ -23,11 +28,16 @@ module RingpoolBench
     Outcome = Struct.new(:server, :scenario, :samples, :fault_from, :fault_to, :doubles, keyword_init: true)
 
     # Settings of the fault runs, from the environment.
-    Settings = Struct.new(:rate, :seconds, :fault_at, :stall, :out) do
+    Settings = Struct.new(:rate, :seconds, :fault_at, :stall, :out, :front) do
       def self.from_env(env = ENV)
+        front = env["FRONT"]
+        raise ArgumentError, "FRONT=#{front}: only haproxy is known" unless [nil, "", "haproxy"].include?(front)
+
+        front = nil if front == ""
         new(Integer(env.fetch("FAULT_RATE", "100")), Integer(env.fetch("FAULT_SECONDS", "40")),
             Integer(env.fetch("FAULT_AT", "12")), Integer(env.fetch("STALL_SECONDS", "10")),
-            File.expand_path(env.fetch("OUT", Bench::Results.path("ringpool-faults")), ROOT))
+            File.expand_path(env.fetch("OUT", Bench::Results.path(front ? "ringpool-faults-front" : "ringpool-faults")), ROOT),
+            front)
       end
     end
 
@@ -36,6 +46,11 @@ module RingpoolBench
     def run
       config = Config.new(ENV.to_h.merge("OUT" => "unused"))
       settings = Settings.from_env
+      if settings.front
+        raise ArgumentError, "FRONT=haproxy runs with SERVERS=weft only (the shards' own listeners are config/weft.rb's)" unless config.servers == ["weft"]
+
+        ENV["RINGPOOL_SHARD_PORT"] ||= Front.free_ports(config.shards).to_s
+      end
       raise ArgumentError, "FAULT_AT + STALL_SECONDS must end before FAULT_SECONDS" if settings.fault_at + settings.stall >= settings.seconds
 
       FileUtils.rm_rf(TMP)
@@ -54,20 +69,26 @@ module RingpoolBench
     def run_server(config, settings, name, cluster)
       prepared = RingpoolBench.prepare_server(config, name, cluster)
       server = prepared.server
+      if settings.front
+        front = Front.new(shard_port: Integer(ENV.fetch("RINGPOOL_SHARD_PORT")), shards: config.shards, dir: File.join(TMP, name)).start
+        settings.front = front.description
+        warn "ringpool faults: #{front.description} on port #{front.port}"
+      end
       jmeter = JMeter.new(File.join(TMP, "launcher"))
       SCENARIOS.map do |scenario|
-        outcome = run_scenario(config, settings, scenario, server, cluster, jmeter, prepared.bodies)
+        outcome = run_scenario(config, settings, scenario, server, cluster, jmeter, prepared.bodies, front&.port || server.port)
         outcome.doubles = doubles(prepared.database_url)
         warn "ringpool faults: #{name} #{scenario}: #{outcome.samples.size} requests, #{outcome.doubles} double allocations"
         outcome
       end
     ensure
+      front&.stop
       server&.stop
     end
 
     # Runs JMeter for the whole scenario and injects the fault FAULT_AT seconds after the first
     # request was sent (JMeter's threads take a few seconds to start).
-    def run_scenario(config, settings, scenario, server, cluster, jmeter, bodies)
+    def run_scenario(config, settings, scenario, server, cluster, jmeter, bodies, port)
       groups, = JMeter.schedules(settings.rate)
       threads = groups.sum { |per_second, _| [(per_second * config.headroom).ceil, 2].max }
       startup = 5 + (threads / 100.0).ceil + config.ramp
@@ -79,7 +100,7 @@ module RingpoolBench
         fault = inject(scenario, settings, server, cluster)
       end
       result = jmeter.run(rate: settings.rate, seconds: startup + settings.seconds, headroom: config.headroom, ramp_seconds: config.ramp,
-                          port: server.port,
+                          port: port,
                           bodies: bodies, timeout_ms: config.timeout_ms, log_prefix: File.join(TMP, server.name, scenario))
       injector.join
       Outcome.new(server: server.name, scenario: scenario, samples: result[:samples].sort_by(&:start),

@@ -88,7 +88,7 @@ module RingpoolBench
     # @return [String] the settings that differ from the defaults, for the report's command line
     def environment
       %w[RATES STEP_UP MAX_RATE STEP WARMUP RAMP HEADROOM POOLS SIZES LOCKOUT ITEMS BODIES SEED SHARDS SERVERS PUMA_THREADS
-         BREAK_P90 TIMEOUT_MS RINGPOOL_DEADLINE_MS].filter_map { |name| "#{name}=#{ENV[name]}" if ENV[name] }.join(" ")
+         BREAK_P90 TIMEOUT_MS RINGPOOL_DEADLINE_MS FRONT FRONT_TIMEOUT_MS FRONT_CHECK_MS].filter_map { |name| "#{name}=#{ENV[name]}" if ENV[name] }.join(" ")
     end
 
     private

@@ -18,5 +18,13 @@ idle_timeout 30
 # its index, inside the worker's own reactor.
 worker_task do |server|
   shard = Ringpool.shard or raise "config.ru did not set Ringpool.shard"
-  shard.run(shard.settings.shard_url(server.worker_index || 0))
+  index = server.worker_index || 0
+  # RINGPOOL_SHARD_PORT=N: shard i also serves the public API on 127.0.0.1:N+i, so that a front
+  # proxy can send each request to a shard of its choice and away from one that stalls (the
+  # shared listener above leaves the choice to the kernel, which cannot tell a stopped process).
+  if (base = ENV["RINGPOOL_SHARD_PORT"])
+    own = Weft::Server.new(shard.api, binds: ["tcp://127.0.0.1:#{Integer(base) + index}"], shutdown_timeout: 5)
+    Weft.spawn(detached: true, name: "ringpool shard's own public listener") { own.run }
+  end
+  shard.run(shard.settings.shard_url(index))
 end

@@ -73,6 +73,24 @@ class RingpoolClusterTest < Minitest::Test
     assert_operator opened, :<, requests / 2, "peer connections are not kept alive: #{peers}"
   end
 
+  # RINGPOOL_SHARD_PORT: each shard also serves the public API on an address of its own (for a
+  # front proxy that steers around a stalled shard), and answers there for every pool.
+  def test_each_shard_serves_the_public_api_on_its_own_port
+    base = consecutive_free_ports(2)
+    port = start_cluster(2, env: { "RINGPOOL_SHARD_PORT" => base.to_s })
+    pools = Array.new(2) { create_pool(port, count: 5, lockout: 3600) }
+    wait_until(10, "each shard owns a pool") do
+      pools.map { |pool| api(port, :get, "/ring_pools/#{pool['id']}").last["owner"] }.compact.uniq.size == 2
+    end
+    shards = [base, base + 1].map { |own| wait_until(10, "port #{own} answers") { api(own, :get, "/health").last["shard"] } }
+    assert_equal 2, shards.uniq.size, "both ports reached one shard: #{shards}"
+    [base, base + 1].each do |own|
+      answers = allocate(own, pools.map { |pool| { "ring_pool" => pool["id"], "params" => { "via" => own } } })
+      answers.each { |answer| refute answer["overflow"], "via port #{own}: #{answer.inspect}\n#{@cluster.log_tail}" }
+    end
+    assert_equal 4, sql(@db, "select count(*) from allocations").first["count"].to_i
+  end
+
   # Two separate clusters (two ports, two socket folders: what two hosts would be) on one
   # database split the pools between them, and either one answers for every pool.
   # Two clusters sharing one database, as on two hosts: their shards reach each other over TCP

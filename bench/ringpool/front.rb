@@ -1,0 +1,123 @@
+# frozen_string_literal: true
+
+require "socket"
+require_relative "../support/ports"
+
+module RingpoolBench
+  # FRONT=haproxy for the fault runs (Weft only): HAProxy from Debian in front of the shards,
+  # each on an address of its own (RINGPOOL_SHARD_PORT, config/weft.rb), as the seed's team ran
+  # a proxy per host in front of theirs. JMeter talks to the front; the front sends each request
+  # to a shard, gives up on a shard after FRONT_TIMEOUT_MS and sends the request to another
+  # (retry-on response-timeout, option redispatch), takes a shard out of rotation after two of
+  # its requests failed, and back after two health checks FRONT_CHECK_MS apart passed. A request it retried may still be carried out by
+  # a stalled shard once it resumes: numbers locked out with no caller, never a double allocation.
+  class Front
+    # How long a health check may take. Not the server timeout: a check that timed out that soon
+    # took every shard out at once when JMeter's start held the CPU (503 for everything); a shard
+    # that stalls is taken out by the requests it fails (observe layer7, error-limit 2) instead.
+    CHECK_TIMEOUT_MS = 500
+    # Not `option http-buffer-request`: with the body buffered, HAProxy also retries the requests
+    # a shard held when it stopped (no 504s), but a retried request does not count against the
+    # shard, which then stays in rotation until its health checks time out (~1 s): p99 113 ms
+    # during a stall against 53 ms without it (bench/results/ringpool-notes.md, 2026-12-06).
+
+    attr_reader :port
+
+    # @param count [Integer]
+    # @return [Integer] the first of `count` consecutive TCP ports on 127.0.0.1 free right now
+    def self.free_ports(count)
+      100.times do
+        base = rand(20_000..40_000)
+        sockets = []
+        begin
+          count.times { |offset| sockets << TCPServer.new("127.0.0.1", base + offset) }
+          return base
+        rescue Errno::EADDRINUSE
+          next
+        ensure
+          sockets.each(&:close)
+        end
+      end
+      raise "no #{count} consecutive free ports found"
+    end
+
+    # @param shard_port [Integer] shard i serves the public API on shard_port + i
+    # @param shards [Integer]
+    # @param dir [String] where its configuration and log go
+    def initialize(shard_port:, shards:, dir:, timeout_ms: Integer(ENV.fetch("FRONT_TIMEOUT_MS", "60")),
+                   check_ms: Integer(ENV.fetch("FRONT_CHECK_MS", "50")))
+      @shard_port = shard_port
+      @shards = shards
+      @dir = dir
+      @timeout_ms = timeout_ms
+      @check_ms = check_ms
+    end
+
+    # Starts HAProxy and waits until its port accepts connections.
+    # @return [self]
+    def start
+      @port = Bench.free_port
+      path = File.join(@dir, "haproxy.cfg")
+      File.write(path, configuration)
+      log = File.join(@dir, "haproxy.log")
+      @pid = Process.spawn("haproxy", "-db", "-f", path, out: log, err: log)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+      begin
+        TCPSocket.new("127.0.0.1", @port).close
+      rescue SystemCallError
+        raise "haproxy did not start; #{log}:\n#{File.read(log)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+        sleep 0.05
+        retry
+      end
+      self
+    end
+
+    def stop
+      return unless @pid
+
+      Process.kill(:TERM, @pid)
+      Process.wait(@pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    ensure
+      @pid = nil
+    end
+
+    # @return [String] for the report
+    def description
+      "HAProxy #{`haproxy -v`[/version (\S+)/, 1]} in front (server timeout #{@timeout_ms} ms, one retry on another " \
+        "shard, a shard out after 2 failed requests, back after 2 health checks #{@check_ms} ms apart)"
+    end
+
+    private
+
+    def configuration
+      servers = Array.new(@shards) do |index|
+        "  server shard#{index} 127.0.0.1:#{@shard_port + index} check inter #{@check_ms}ms fall 2 rise 2 " \
+          "observe layer7 error-limit 2 on-error mark-down"
+      end
+      <<~CFG
+        global
+          maxconn 4000
+        defaults
+          mode http
+          timeout connect #{@timeout_ms}ms
+          timeout client 30s
+          timeout server #{@timeout_ms}ms
+          timeout check #{CHECK_TIMEOUT_MS}ms
+          retries 1
+          option redispatch 1
+          retry-on conn-failure empty-response response-timeout
+          http-reuse always
+        frontend public
+          bind 127.0.0.1:#{@port}
+          default_backend shards
+        backend shards
+          balance roundrobin
+          option httpchk GET /health
+        #{servers.join("\n")}
+      CFG
+    end
+  end
+end
