@@ -26,5 +26,9 @@ worker_task do |server|
     own = Weft::Server.new(shard.api, binds: ["tcp://127.0.0.1:#{Integer(base) + index}"], shutdown_timeout: 5)
     Weft.spawn(detached: true, name: "ringpool shard's own public listener") { own.run }
   end
-  shard.run(shard.settings.shard_url(index))
+  begin
+    shard.run(shard.settings.shard_url(index))
+  ensure
+    own&.stop # its requests in flight finish, as the shared listener's do
+  end
 end
