@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "bind_address"
+require_relative "fork_heap"
 
 module Weft
   class Server
@@ -116,6 +117,8 @@ module Weft
         error_summary_interval: seconds,
         drain_grace: seconds(zero: true),
         worker_timeout: seconds,
+        worker_heap_free: optional(Rule.new("a fraction above 0 and at most #{ForkHeap::MAX_FREE}",
+                                            ->(value) { value.is_a?(Numeric) && value.real? && value.positive? && value <= ForkHeap::MAX_FREE })),
         stall_threshold: seconds,
         request_deadline: optional(seconds),
         access_log: Custom.new(lambda do |value|
