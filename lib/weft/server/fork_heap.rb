@@ -45,7 +45,7 @@ module Weft
       class << self
         # Collects the whole heap and, with `free`, grows it to have that fraction of its slots
         # free. Call it in the master just before fork.
-        # @param free [Float, nil] fraction of slots to leave free (at most MAX_FREE); nil: only collect
+        # @param free [Float, nil] fraction of slots to leave free (at most MAX_FREE); 0 or nil: only collect
         # @return [Hash] :before and :after ([Pool] per size pool), :grown (slots added), :seconds
         def settle(free: nil)
           started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -57,14 +57,19 @@ module Weft
             seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started }
         end
 
+        # Slots count the pages Ruby has decided to add but not yet allocated (a GC that grows the
+        # heap only allows it more pages, allocated as they are needed): room as much as free slots.
         # @return [Array<Pool>] the heap's size pools as they are now (exact just after a full GC)
         def pools
+          page_size = GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]
           unless GC.respond_to?(:stat_heap) # Ruby 3.1: one heap of 40-byte slots
             stat = GC.stat
-            return [Pool.new(GC::INTERNAL_CONSTANTS[:RVALUE_SIZE], stat[:heap_available_slots], stat[:heap_live_slots])]
+            pending = stat[:heap_allocatable_pages] * GC::INTERNAL_CONSTANTS[:HEAP_PAGE_OBJ_LIMIT]
+            return [Pool.new(GC::INTERNAL_CONSTANTS[:RVALUE_SIZE], stat[:heap_available_slots] + pending, stat[:heap_live_slots])]
           end
           GC.stat_heap.values.map do |heap|
-            Pool.new(heap[:slot_size], heap[:heap_eden_slots], heap[:total_allocated_objects] - heap[:total_freed_objects])
+            pending = heap[:heap_allocatable_pages] * (page_size / heap[:slot_size])
+            Pool.new(heap[:slot_size], heap[:heap_eden_slots] + pending, heap[:total_allocated_objects] - heap[:total_freed_objects])
           end
         end
 

@@ -117,8 +117,8 @@ module Weft
         error_summary_interval: seconds,
         drain_grace: seconds(zero: true),
         worker_timeout: seconds,
-        worker_heap_free: optional(Rule.new("a fraction above 0 and at most #{ForkHeap::MAX_FREE}",
-                                            ->(value) { value.is_a?(Numeric) && value.real? && value.positive? && value <= ForkHeap::MAX_FREE })),
+        worker_heap_free: optional(Rule.new("a fraction from 0 to #{ForkHeap::MAX_FREE}",
+                                            ->(value) { value.is_a?(Numeric) && value.real? && value >= 0 && value <= ForkHeap::MAX_FREE })),
         stall_threshold: seconds,
         request_deadline: optional(seconds),
         access_log: Custom.new(lambda do |value|
