@@ -48,15 +48,29 @@ class ServerForkHeapTest < Minitest::Test
     assert_equal "nofree", tight[:major_by], tight.inspect
   end
 
+  # Without preload the worker loads the app, and builds that heap, itself: it settles its own
+  # heap before it serves.
+  def test_a_worker_that_loads_the_app_itself_settles_its_heap_before_serving
+    room = replacement_worker_under_growth(preload: false)
+    assert_operator room[:inherited_free], :>=, 0.39, room.inspect
+    assert_equal 0, room[:majors], "major GCs in the replacement worker: #{room.inspect}"
+
+    tight = replacement_worker_under_growth("--worker-heap-free", "0", preload: false)
+    assert_operator tight[:inherited_free], :<=, 0.3, tight.inspect
+    assert_operator tight[:majors], :>=, 1, "the control run did not need the room: #{tight.inspect}"
+  end
+
   private
 
-  # Starts one preloaded worker, kills it, and grows its replacement's live objects by 15% of
-  # the master's in ten steps, each followed by a churn of short-lived objects.
-  # @return [Hash] :inherited_free (fraction of slots free as the replacement began),
+  # Starts one worker (preloaded: the master loads heap.ru), kills it, and grows its
+  # replacement's live objects by 15% of those it started with, in ten steps, each followed by a
+  # churn of short-lived objects.
+  # @return [Hash] :inherited_free (fraction of slots free as the replacement began serving),
   #   :majors (its major GCs since), :major_by (the last major GC's cause)
-  def replacement_worker_under_growth(*args)
+  def replacement_worker_under_growth(*args, preload: true)
     port = free_tcp_port
-    with_weft(File.join(FIXTURES, "heap.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "1", "--preload", *args,
+    args << "--preload" if preload
+    with_weft(File.join(FIXTURES, "heap.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "1", *args,
               port: port, log: ENV["HEAP_TEST_LOG"] || File::NULL) do
       first = Integer(get_body(port))
       Process.kill("KILL", first)
