@@ -173,8 +173,9 @@ module Weft
       # it as it went) gets the same settling as the master's heap before a fork, before it
       # serves its first request rather than in a major GC among them. One whose heap did not
       # grow (the master loaded the code, the worker little: ringpool) does not: the full GC
-      # would cost it ~16 ms of CPU for nothing (ringpool's chaos run, Ruby 3.1: 27 replacement
-      # workers' GC time 631-665 ms with it, 237-260 ms without). worker_heap_free 0: neither.
+      # would cost it 15-16 ms of GC time for nothing (ringpool's chaos run, Ruby 3.1: 25-27
+      # replacement workers' GC time 631-665 ms with it, 237-260 ms without).
+      # worker_heap_free 0: neither.
       def settle_worker_heap(index)
         free = @config[:worker_heap_free]
         return unless free&.positive? && ForkHeap.pools.sum(&:slots) > @settled_slots
@@ -184,8 +185,10 @@ module Weft
 
       def log_settled(what, settled)
         return unless settled[:grown].positive?
-        @log.info(format("#{what}: %d live objects in %d slots (worker_heap_free %s), %.0f ms", settled[:grown],
-                         settled[:after].sum(&:live), settled[:after].sum(&:slots), @config[:worker_heap_free], settled[:seconds] * 1000))
+        live = settled[:after].sum(&:live)
+        slots = settled[:after].sum(&:slots)
+        @log.info(format("#{what}: %d live objects in %d slots (worker_heap_free %s), %.0f ms",
+                         settled[:grown], live, slots, @config[:worker_heap_free], settled[:seconds] * 1000))
       end
 
       # The body of a worker process. Never returns. `pipe` carries the boot message and the

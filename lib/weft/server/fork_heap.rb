@@ -25,7 +25,9 @@ module Weft
     # master instead of by a major GC in every worker. Ruby gives back pages beyond
     # RUBY_GC_HEAP_FREE_SLOTS_MAX_RATIO (0.65) free at the next GC, hence the setting's bound.
     # On Ruby 3.2+ each size pool (40, 80, 160, 320, 640-byte slots) is a heap of its own with
-    # its own ratio, and is grown on its own.
+    # its own ratio, and is grown on its own; Ruby 3.3 already regrows a pool to 40% free at a
+    # full GC that finds it under 20%, so there less is grown and fewer major GCs are saved
+    # (docs/server.md, "Room to grow in").
     module ForkHeap
       # Largest `free` that outlasts the next GC (RUBY_GC_HEAP_FREE_SLOTS_MAX_RATIO's default).
       MAX_FREE = 0.65

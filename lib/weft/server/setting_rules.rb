@@ -48,6 +48,12 @@ module Weft
                    end)
         end
 
+        # A number from 0 to `max`.
+        def fraction(max)
+          Rule.new("a fraction from 0 to #{max}",
+                   ->(value) { value.is_a?(Numeric) && value.real? && value.finite? && value >= 0 && value <= max })
+        end
+
         def boolean
           Rule.new("true or false", ->(value) { value == true || value == false })
         end
@@ -117,8 +123,7 @@ module Weft
         error_summary_interval: seconds,
         drain_grace: seconds(zero: true),
         worker_timeout: seconds,
-        worker_heap_free: optional(Rule.new("a fraction from 0 to #{ForkHeap::MAX_FREE}",
-                                            ->(value) { value.is_a?(Numeric) && value.real? && value >= 0 && value <= ForkHeap::MAX_FREE })),
+        worker_heap_free: optional(fraction(ForkHeap::MAX_FREE)),
         stall_threshold: seconds,
         request_deadline: optional(seconds),
         access_log: Custom.new(lambda do |value|
