@@ -13,9 +13,10 @@ module Weft
     # GC finds under 20% free, and three GCs have run since the last major one, Ruby runs a
     # major GC (`major_by: :nofree`), finds the heap barely over 20% free again, does not grow
     # it, and repeats. Measured in apps/ringpool's chaos run (Ruby 3.1, 4 shards, 90 requests/s,
-    # 31 workers forked): the master left 68,000 live objects in 93,160 slots; 12 of the workers
-    # ran 21 major GCs by :nofree, the first 1.3-5.8 s after the fork, up to three in 5 s, until
-    # one finally grew the heap to 125,000 slots.
+    # a kill a second, two runs): the master left 68,000 live objects in 93,160 slots; 7-8 of
+    # the 27 replacement workers ran 20-23 major GCs by :nofree, the first 1.3-5.8 s after the
+    # fork, up to three in 5 s, until one finally grew the heap to ~125,000 slots. Grown to 0.4
+    # free (113,590 slots): 1 and 0 (bench/results/ringpool-notes.md, 2026-12-06).
     #
     # So when the master's heap has less than `free` of its slots free after the full GC, it is
     # grown to that: filler objects are allocated with the GC disabled (the heap gets the new
