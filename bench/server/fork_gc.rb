@@ -10,7 +10,7 @@
 # child then runs one minor GC and reports the CPU it took (its own clock, so page copies made
 # by the kernel count), then a major one. "as loaded" forks from the heap the loading left, with
 # a lazy sweep pending (GC.latest_gc_info[:state] says :sweeping); "after GC.start" runs a full
-# GC in the parent first, as the cluster now does.
+# GC in the parent first, as the cluster does (before it grows the heap: Weft::Server::ForkHeap).
 $LOAD_PATH.unshift(File.expand_path("../../lib", __dir__), File.expand_path("../../apps/ringpool/lib", __dir__))
 require "rack"
 require "weft"

@@ -92,6 +92,7 @@ class ServerCLITest < Minitest::Test
     "--shutdown-timeout" => [[%w[--shutdown-timeout -1], "--shutdown-timeout -1"]],
     "--drain-grace" => [[%w[--drain-grace -1], "--drain-grace -1"]],
     "--worker-timeout" => [[%w[--worker-timeout 0], "--worker-timeout 0"]],
+    "--worker-heap-free" => [[%w[--worker-heap-free 0.9], "--worker-heap-free 0.9"], [%w[--worker-heap-free -0.1], "--worker-heap-free -0.1"]],
     "--stall-threshold" => [[%w[--stall-threshold -2], "--stall-threshold -2"]],
     "--request-deadline" => [[%w[--request-deadline 0], "--request-deadline 0"], [%w[--request-deadline soon], "--request-deadline soon"]],
     "--pidfile" => [[%w[--pidfile /nonexistent-dir/weft.pid], "--pidfile /nonexistent-dir/weft.pid"]],

@@ -16,9 +16,10 @@ class ServerClusterTest < Minitest::Test
 
   # A worker forked while the master's heap is half swept finishes that sweep at its first GC,
   # copying the pages it shares with the master (bench/server/fork_gc.rb): the master runs a
-  # full GC before a fork, unless none ran since its last one.
+  # full GC before a fork, unless none ran since its last one. (Growing the heap, which takes a
+  # second GC: test/server/fork_heap_test.rb.)
   def test_the_master_settles_its_heap_before_a_fork_only_when_a_gc_ran_since
-    cluster = Weft::Server::Cluster.new(Weft::Server::Config.new, -> {})
+    cluster = Weft::Server::Cluster.new(Weft::Server::Config.new(worker_heap_free: 0), -> {})
     cluster.send(:settle_heap)
     assert_equal :none, GC.latest_gc_info[:state], "left half swept"
     settled = GC.count

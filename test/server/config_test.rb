@@ -49,6 +49,7 @@ class ServerConfigTest < Minitest::Test
     worker_task: "worker_task",
     drain_grace: "drain_grace -1",
     worker_timeout: "worker_timeout 0",
+    worker_heap_free: "worker_heap_free 0.9",
     stall_threshold: 'stall_threshold "1"',
     request_deadline: "request_deadline 0"
   }.freeze

@@ -106,6 +106,8 @@ module Weft
                   "graceful stop: idle keep-alive connections may send one more request this long")
           setting(opts, cli, :worker_timeout, "--worker-timeout SEC", Float,
                   "replace a worker whose reactor has not turned this long (default 60)")
+          setting(opts, cli, :worker_heap_free, "--worker-heap-free F", Float,
+                  "before a fork the master grows its heap to this fraction free (default 0.4; 0: no)")
           setting(opts, cli, :stall_threshold, "--stall-threshold SEC", Float, "log code that holds the reactor this long (default 1)")
           setting(opts, cli, :request_deadline, "--request-deadline SEC", Float, "run each request under Weft.deadline(SEC); 503 past it")
           setting(opts, cli, :pidfile, "--pidfile PATH")

@@ -3,6 +3,7 @@
 require "tmpdir"
 require "fileutils"
 require "rbconfig"
+require_relative "fork_heap"
 
 module Weft
   class Server
@@ -148,20 +149,46 @@ module Weft
         worker
       end
 
-      # Runs a full GC before a fork, unless none ran in the master since the last one. Ruby sweeps
-      # lazily: after a GC triggered by allocation (loading the app and the config does plenty)
-      # the heap is left half swept, and a worker forked then finishes that sweep at its first
-      # GC, writing to pages it shares with the master, each write a page copied. Measured with
-      # bench/server/fork_gc.rb (Weft and ringpool loaded, ~66,000 live objects, Ruby 3.1, two
-      # runs): the child's first GC took 147-188 ms of CPU, 17-26 ms after one GC.start in the
-      # parent. A replacement worker paid that in its first requests, and on a busy machine
-      # answered them hundreds of ms late (apps/ringpool's chaos run). The master's GC.start
-      # took 66-101 ms; it runs again only after the master's own allocations triggered a GC,
-      # which is rare once it is up (a select loop and the workers' heartbeats).
+      # Settles the heap before a fork (ForkHeap), unless no GC ran in the master since the last
+      # time. A full GC first: Ruby sweeps lazily, and after a GC triggered by allocation (loading
+      # the app and the config does plenty) the heap is left half swept; a worker forked then
+      # finishes that sweep at its first GC, writing to pages it shares with the master, each
+      # write a page copied. Measured with bench/server/fork_gc.rb (Weft and ringpool loaded,
+      # ~66,000 live objects, Ruby 3.1, two runs): the child's first GC took 147-188 ms of CPU,
+      # 17-26 ms after one GC.start in the parent. A replacement worker paid that in its first
+      # requests, and on a busy machine answered them hundreds of ms late (apps/ringpool's chaos
+      # run). Then room: the heap grown to `worker_heap_free` free, so that a worker does not run
+      # major GCs by :nofree in its first seconds (ForkHeap says why). It runs again only after the
+      # master's own allocations triggered a GC, which is rare once it is up (a select loop and
+      # the workers' heartbeats).
       def settle_heap
         return if GC.count == @settled_gc_count
-        GC.start
+        settled = ForkHeap.settle(free: @config[:worker_heap_free])
         @settled_gc_count = GC.count
+        @settled_slots = settled[:after].sum(&:slots)
+        log_settled("heap grown by %d slots before forking", settled)
+      end
+
+      # A worker that loaded the app itself (no preload) and grew its heap doing so (Ruby sized
+      # it as it went) gets the same settling as the master's heap before a fork, before it
+      # serves its first request rather than in a major GC among them. One whose heap did not
+      # grow (the master loaded the code, the worker little: ringpool) does not: the full GC
+      # would cost it 15-16 ms of GC time for nothing (ringpool's chaos run, Ruby 3.1: 25-27
+      # replacement workers' GC time 631-665 ms with it, 237-260 ms without).
+      # worker_heap_free 0: neither.
+      def settle_worker_heap(index)
+        free = @config[:worker_heap_free]
+        return unless free&.positive? && ForkHeap.pools.sum(&:slots) > @settled_slots
+        settled = ForkHeap.settle(free: free)
+        log_settled("worker #{index}: heap grown by %d slots before serving", settled)
+      end
+
+      def log_settled(what, settled)
+        return unless settled[:grown].positive?
+        live = settled[:after].sum(&:live)
+        slots = settled[:after].sum(&:slots)
+        @log.info(format("#{what}: %d live objects in %d slots (worker_heap_free %s), %.0f ms",
+                         settled[:grown], live, slots, @config[:worker_heap_free], settled[:seconds] * 1000))
       end
 
       # The body of a worker process. Never returns. `pipe` carries the boot message and the
@@ -179,6 +206,7 @@ module Weft
         begin
           app = @app || @loader.call
           @config.run_hooks(:after_worker_boot, index)
+          settle_worker_heap(index) unless @app
           board = Statistics::Board.new(@board_dir, index)
           server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board, heartbeat: pipe)
           %w[TERM INT QUIT].each { |name| Signal.trap(name) { server.stop } }

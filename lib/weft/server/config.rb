@@ -44,6 +44,7 @@ module Weft
         drain_grace: 1,            # graceful stop: a connection idle for less may send one more request
         worker_boot_timeout: 60,   # a worker that does not report booting is replaced
         worker_timeout: 60,        # a worker whose reactor has not turned for this long is replaced
+        worker_heap_free: 0.4,     # before a fork the master grows its heap to this fraction free (ForkHeap); 0: no
         stall_threshold: 1,        # code holding the reactor this long is logged with its backtrace
         request_deadline: nil,     # seconds: the app runs under Weft.deadline; past it the client gets 503
         max_request_line: 8192,

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "bind_address"
+require_relative "fork_heap"
 
 module Weft
   class Server
@@ -45,6 +46,12 @@ module Weft
                    lambda do |value|
                      value.is_a?(Numeric) && value.real? && value.finite? && (zero ? value >= 0 : value.positive?)
                    end)
+        end
+
+        # A number from 0 to `max`.
+        def fraction(max)
+          Rule.new("a fraction from 0 to #{max}",
+                   ->(value) { value.is_a?(Numeric) && value.real? && value.finite? && value >= 0 && value <= max })
         end
 
         def boolean
@@ -116,6 +123,7 @@ module Weft
         error_summary_interval: seconds,
         drain_grace: seconds(zero: true),
         worker_timeout: seconds,
+        worker_heap_free: optional(fraction(ForkHeap::MAX_FREE)),
         stall_threshold: seconds,
         request_deadline: optional(seconds),
         access_log: Custom.new(lambda do |value|
