@@ -8,18 +8,19 @@ module RingpoolBench
   # each on an address of its own (RINGPOOL_SHARD_PORT, config/weft.rb), as the seed's team ran
   # a proxy per host in front of theirs. JMeter talks to the front; the front sends each request
   # to a shard, gives up on a shard after FRONT_TIMEOUT_MS and sends the request to another
-  # (retry-on response-timeout, option redispatch), takes a shard out of rotation after two of
-  # its requests failed, and back after two health checks FRONT_CHECK_MS apart passed. A request it retried may still be carried out by
+  # (retry-on response-timeout, option redispatch), and takes a shard out of rotation after two
+  # failed health checks FRONT_CHECK_MS apart (each may take FRONT_TIMEOUT_MS), back after two passed. A request it retried may still be carried out by
   # a stalled shard once it resumes: numbers locked out with no caller, never a double allocation.
   class Front
-    # How long a health check may take. Not the server timeout: a check that timed out that soon
-    # took every shard out at once when JMeter's start held the CPU (503 for everything); a shard
-    # that stalls is taken out by the requests it fails (observe layer7, error-limit 2) instead.
-    CHECK_TIMEOUT_MS = 500
-    # Not `option http-buffer-request`: with the body buffered, HAProxy also retries the requests
+    # The shards' health is judged by checks of GET /health (cheap: no peer calls, no
+    # PostgreSQL). Judging it by the requests they fail (`observe layer7`) also took a shard out
+    # as it stalled, but with a server timeout near the deadline it took the healthy one out too
+    # (its requests that waited the deadline for the stalled peer timed out): 194-434 errors in
+    # two of four runs. Checks misjudge a healthy shard as well when the machine keeps its
+    # reactor waiting for a CPU longer than the timeout (two of four runs at load 4-6).
+    # Not `option http-buffer-request`: with the body buffered HAProxy also retries the requests
     # a shard held when it stopped (no 504s), but a retried request does not count against the
-    # shard, which then stays in rotation until its health checks time out (~1 s): p99 113 ms
-    # during a stall against 53 ms without it (bench/results/ringpool-notes.md, 2026-12-06).
+    # shard (p99 113 ms). All runs: bench/results/ringpool-notes.md, 2026-12-06.
 
     attr_reader :port
 
@@ -87,15 +88,14 @@ module RingpoolBench
     # @return [String] for the report
     def description
       "HAProxy #{`haproxy -v`[/version (\S+)/, 1]} in front (server timeout #{@timeout_ms} ms, one retry on another " \
-        "shard, a shard out after 2 failed requests, back after 2 health checks #{@check_ms} ms apart)"
+        "shard, a shard out after 2 failed health checks #{@check_ms} ms apart, back after 2 passed)"
     end
 
     private
 
     def configuration
       servers = Array.new(@shards) do |index|
-        "  server shard#{index} 127.0.0.1:#{@shard_port + index} check inter #{@check_ms}ms fall 2 rise 2 " \
-          "observe layer7 error-limit 2 on-error mark-down"
+        "  server shard#{index} 127.0.0.1:#{@shard_port + index} check inter #{@check_ms}ms fall 2 rise 2"
       end
       <<~CFG
         global
@@ -105,7 +105,7 @@ module RingpoolBench
           timeout connect #{@timeout_ms}ms
           timeout client 30s
           timeout server #{@timeout_ms}ms
-          timeout check #{CHECK_TIMEOUT_MS}ms
+          timeout check #{@timeout_ms}ms
           retries 1
           option redispatch 1
           retry-on conn-failure empty-response response-timeout
