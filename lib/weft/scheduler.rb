@@ -7,6 +7,7 @@ require_relative "timers"
 require_relative "task"
 require_relative "fiber_control"
 require_relative "fork_handler"
+require_relative "selector_io"
 
 module Weft
   # Weft's Fiber::Scheduler: the reactor behind Weft.run.
@@ -249,6 +250,9 @@ module Weft
       @thread = Thread.current
       @loop_fiber = Fiber.current
       @selector = selector || IO::Event::Selector.new(@loop_fiber)
+      # io_read/io_write only where the selector does the I/O itself (io_uring); elsewhere Ruby
+      # reads and writes, and waits through #io_wait (see SelectorIO).
+      extend SelectorIO if SelectorIO.worthwhile?(@selector)
       @timers = Timers.new
       @coarse_sweep = CoarseSweep.new(@timers, COARSE_INTERVAL)
       # Fibers parked in #suspend, mapped to what they wait for (the blocker, or true). A wake is
@@ -551,37 +555,6 @@ module Weft
       io_timeout(Fiber.current)
     end
 
-    if IO::Event::Support.buffer?
-      # IO#read, IO#write and friends go straight to the selector, which reads and writes
-      # without a separate readiness round trip when it can (and uses io_uring where built).
-      if IO.method_defined?(:timeout)
-        # Ruby 3.2+: honour IO#timeout, raising IO::TimeoutError like Ruby does without Weft.
-        def io_read(io, buffer, length, offset = 0)
-          timeout = io.timeout
-          return @selector.io_read(Fiber.current, io, buffer, length, offset) unless timeout
-          timeout_after(timeout, ::IO::TimeoutError, "Blocking operation timed out!") do
-            read_within_timeout(io, buffer, length, offset)
-          end
-        end
-
-        def io_write(io, buffer, length, offset = 0)
-          timeout = io.timeout
-          return @selector.io_write(Fiber.current, io, buffer, length, offset) unless timeout
-          timeout_after(timeout, ::IO::TimeoutError, "Blocking operation timed out!") do
-            @selector.io_write(Fiber.current, io, buffer, length, offset)
-          end
-        end
-      else
-        def io_read(io, buffer, length, offset = 0)
-          @selector.io_read(Fiber.current, io, buffer, length, offset)
-        end
-
-        def io_write(io, buffer, length, offset = 0)
-          @selector.io_write(Fiber.current, io, buffer, length, offset)
-        end
-      end
-    end
-
     if RUBY_VERSION >= "3.3"
       # Ruby 3.3 routes IO#pread/#pwrite here. They run in the caller's thread, in a blocking
       # fiber (so they do not come back here): the reactor waits for the file, as it does on
@@ -780,19 +753,6 @@ module Weft
     end
 
     private
-
-    # Ruby 3.3 asks for a read of at least 0 bytes (whatever is there) and, when nothing is,
-    # waits by itself, with no timeout, and then fails with EAGAIN rather than IO::TimeoutError.
-    # So the waiting is done here, inside the IO's timeout, until something (or the end) comes.
-    def read_within_timeout(io, buffer, length, offset)
-      fiber = Fiber.current
-      loop do
-        result = @selector.io_read(fiber, io, buffer, length, offset)
-        return result unless length.zero? && result == -Errno::EAGAIN::Errno
-
-        @selector.io_wait(fiber, io, ::IO::READABLE)
-      end
-    end
 
     def register(parent, name, args, block, deadline)
       task = Task.new(self, parent, name, args, block, deadline)
