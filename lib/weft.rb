@@ -57,7 +57,8 @@ module Weft
     end
 
     # Creates a task running the block (given `args`) and returns it at once. The task starts on
-    # the reactor's next turn, in spawn order, as a child of the current task — or, with
+    # the reactor's next turn (a long burst, once a timer is due, over the next turns: see
+    # Scheduler#spawn), in spawn order, as a child of the current task — or, with
     # `detached: true`, as a task of its own that cancelling the spawner does not reach (a
     # server's connections, say, which must outlive the accept loop that spawned them).
     # @return [Task]

@@ -17,6 +17,50 @@ class TaskTest < Minitest::Test
     assert_equal %i[spawn_returned first_started second_started first_done], order
   end
 
+  # A burst of spawns that takes longer than Scheduler::START_SLICE to start is cut short when a
+  # timer comes due: the timer fires and the fiber it wakes runs before the burst's last task
+  # starts. The burst still starts in spawn order, and what its tasks spawn starts after it.
+  def test_a_due_timer_cuts_a_long_burst_of_spawns_short
+    burst = 400
+    events = []
+    Weft.run do
+      sleeper = Weft.spawn { 20.times { sleep 0; events << :woke } }
+      tasks = Array.new(burst) do |i|
+        Weft.spawn do
+          events << [:start, i]
+          Weft.spawn { events << [:start, :child] } if i.zero?
+          busy(0.00002) # 400 x 20 us: 8 ms, several slices
+        end
+      end
+      tasks.each(&:wait)
+      sleeper.wait
+    end
+    starts = events.filter_map { |event| event[1] if event.is_a?(Array) }
+    assert_equal (0...burst).to_a + [:child], starts
+    assert_operator events.index(:woke), :<, events.index([:start, burst - 1])
+  end
+
+  # With no timer due, a burst starts in one turn however long it takes: a fiber woken during it
+  # runs after the burst's last task has started (a server's accept burst is not cut up).
+  def test_a_burst_of_spawns_with_no_timer_due_starts_in_one_turn
+    burst = 400
+    events = []
+    Weft.run do
+      queue = Thread::Queue.new
+      waiter = Weft.spawn { queue.pop; events << :woke }
+      tasks = Array.new(burst) do |i|
+        Weft.spawn do
+          events << [:start, i]
+          queue << :go if i.zero?
+          busy(0.00002)
+        end
+      end
+      tasks.each(&:wait)
+      waiter.wait
+    end
+    assert_equal events.index([:start, burst - 1]) + 1, events.index(:woke)
+  end
+
   def test_a_task_cancelled_before_it_starts_never_runs
     ran = false
     task = nil
@@ -245,5 +289,13 @@ class TaskTest < Minitest::Test
     end
     assert_equal [:sleeper], cleaned
     assert_nil Fiber.scheduler
+  end
+
+  private
+
+  # Keeps the CPU for `seconds` without waiting, as a task doing work would.
+  def busy(seconds)
+    finish = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
+    nil while Process.clock_gettime(Process::CLOCK_MONOTONIC) < finish
   end
 end

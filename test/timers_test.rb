@@ -25,6 +25,16 @@ class TimersTest < Minitest::Test
     assert_equal 1, @timers.size
   end
 
+  def test_next_deadline_is_the_earliest_live_one
+    assert_nil @timers.next_deadline
+    later = @timers.after(10) {}
+    sooner = @timers.after(5) {}
+    @timers.after(10) {} # chained behind `later`, not in the heap
+    assert_equal sooner.deadline, @timers.next_deadline
+    sooner.cancel
+    assert_equal later.deadline, @timers.next_deadline
+  end
+
   def test_cancel_removes_the_timer_at_once
     timers = Array.new(100) { |i| @timers.after(i) {} }
     timers.each_with_index { |timer, i| timer.cancel if i.odd? }

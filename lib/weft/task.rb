@@ -7,8 +7,9 @@ module Weft
   # A unit of concurrent work: a block running in a fiber of its own under the reactor (fibers
   # are pooled by the scheduler and reused once a task has ended).
   #
-  # Created by Weft.spawn. A task starts on the reactor's next turn, in spawn order. It ends in
-  # one of three states: completed (with a value), failed (with an exception) or cancelled.
+  # Created by Weft.spawn. A task starts on the reactor's next turn (a long burst, once a timer
+  # is due, over the next turns: see Scheduler#spawn), in spawn order. It ends in one of three
+  # states: completed (with a value), failed (with an exception) or cancelled.
   #
   # Tasks form a tree: a task spawned inside another is its child, and cancelling a task
   # cancels its children. When a task ends before its children, they are handed to its parent,

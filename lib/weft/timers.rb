@@ -95,6 +95,11 @@ module Weft
       interval.negative? ? 0 : interval
     end
 
+    # @return [Float, nil] the earliest deadline of the live timers, nil if there are none
+    def next_deadline
+      @heap.first&.deadline
+    end
+
     # Fires every timer whose deadline has passed, earliest first.
     # @return [Integer] how many fired
     def fire(now = Timers.now)

@@ -52,7 +52,8 @@ class Scheduler < Weft::Scheduler
   end
 end
 
-# The reference scheduler's IO::Buffer hooks; Weft has io_read/io_write of its own.
+# The reference scheduler's IO::Buffer hooks; Weft has io_read/io_write of its own with io_uring
+# (Weft::SelectorIO), and with epoll leaves reads and writes to Ruby, which waits through io_wait.
 class IOBufferScheduler < Scheduler
 end
 
