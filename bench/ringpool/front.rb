@@ -9,15 +9,17 @@ module RingpoolBench
   # a proxy per host in front of theirs. JMeter talks to the front; the front sends each request
   # to a shard, gives up on a shard after FRONT_TIMEOUT_MS and sends the request to another
   # (retry-on response-timeout, option redispatch), and takes a shard out of rotation after two
-  # failed health checks FRONT_CHECK_MS apart (each may take FRONT_TIMEOUT_MS), back after two passed. A request it retried may still be carried out by
-  # a stalled shard once it resumes: numbers locked out with no caller, never a double allocation.
+  # failed health checks FRONT_CHECK_MS apart (each may take FRONT_TIMEOUT_MS), back after two
+  # passed. A request it retried may still be carried out by a stalled shard once it resumes:
+  # numbers locked out with no caller, never a double allocation.
   class Front
     # The shards' health is judged by checks of GET /health (cheap: no peer calls, no
     # PostgreSQL). Judging it by the requests they fail (`observe layer7`) also took a shard out
     # as it stalled, but with a server timeout near the deadline it took the healthy one out too
     # (its requests that waited the deadline for the stalled peer timed out): 194-434 errors in
     # two of four runs. Checks misjudge a healthy shard as well when the machine keeps its
-    # reactor waiting for a CPU longer than the timeout (two of four runs at load 4-6).
+    # reactor waiting for a CPU longer than the timeout (one run of five at load 4-6, and once
+    # at JMeter's start, before a run's measured window).
     # Not `option http-buffer-request`: with the body buffered HAProxy also retries the requests
     # a shard held when it stopped (no 504s), but a retried request does not count against the
     # shard (p99 113 ms). All runs: bench/results/ringpool-notes.md, 2026-12-06.
@@ -28,7 +30,7 @@ module RingpoolBench
     # @return [Integer] the first of `count` consecutive TCP ports on 127.0.0.1 free right now
     def self.free_ports(count)
       100.times do
-        base = rand(20_000..40_000)
+        base = rand(20_000..32_000) # below Linux's ephemeral ports, which connect() may take meanwhile
         sockets = []
         begin
           count.times { |offset| sockets << TCPServer.new("127.0.0.1", base + offset) }
