@@ -13,6 +13,12 @@ class PostgresSlowStatementsTest < Minitest::Test
     @slow = Weft::Postgres::SlowStatements.new
   end
 
+  # An answer that came at once while the statements observed from 0.0 on were in flight: they
+  # are judged by their own time.
+  def answered_at_once
+    @slow.answered(0.5, 0.5)
+  end
+
   def test_a_statement_that_ran_long_alone_is_slow_until_it_runs_quickly
     @slow.observe("select pg_sleep(1)", LONG * 2, 0.0)
     assert @slow.slow?("select pg_sleep(1)")
@@ -23,6 +29,7 @@ class PostgresSlowStatementsTest < Minitest::Test
 
   def test_a_slow_segment_makes_each_of_its_statements_suspect_and_a_quick_one_clears_them
     segment = [Statement.new("select 1"), Statement.new("select pg_sleep(1)")]
+    answered_at_once
     @slow.observe_segment(segment, LONG * 2, 0.0)
     assert @slow.slow?("select 1")
     assert @slow.slow?("select pg_sleep(1)")
@@ -34,6 +41,7 @@ class PostgresSlowStatementsTest < Minitest::Test
   def test_it_keeps_how_long_a_slow_statement_took_when_last_seen
     @slow.observe("select pg_sleep(1)", LONG * 3, 0.0)
     assert_in_delta LONG * 3, @slow.seconds("select pg_sleep(1)")
+    answered_at_once
     @slow.observe_segment([Statement.new("select pg_sleep(1)"), Statement.new("select 1")], LONG * 5, 0.0)
     assert_in_delta LONG * 5, @slow.seconds("select pg_sleep(1)")
     assert_in_delta LONG * 5, @slow.seconds("select 1") # a segment's statements each take its time
@@ -44,6 +52,7 @@ class PostgresSlowStatementsTest < Minitest::Test
   def test_marked_counts_every_statement_found_running_long
     @slow.observe("select pg_sleep(1)", LONG * 2, 0.0)
     @slow.observe("select pg_sleep(1)", LONG * 2, 0.0) # known already: counts again
+    answered_at_once
     @slow.observe_segment([Statement.new("select 1"), Statement.new("select 2")], LONG, 0.0)
     @slow.observe("select 3", LONG / 10, 0.0)
     @slow.observe_segment([Statement.new("select 4")], LONG / 10, 0.0)
@@ -98,6 +107,17 @@ class PostgresSlowStatementsTest < Minitest::Test
     @slow.observe("select pg_sleep(0.05)", 0.016, 100.1)
     assert @slow.slow?("select pg_sleep(0.05)")
     assert_equal 1, @slow.marked
+  end
+
+  # A statement sent alone with nothing else in flight has nothing to be compared with; a
+  # segment is sent while every connection is in use, and no answer from any of them is unclear.
+  def test_with_no_answer_meanwhile_a_statement_alone_is_long_and_a_segment_unclear
+    @slow.observe("select pg_sleep(0.05)", 0.05, 100.0)
+    assert @slow.slow?("select pg_sleep(0.05)")
+    @slow.observe_segment([Statement.new("select 1")], 0.016, 100.0)
+    refute @slow.slow?("select 1")
+    @slow.observe_segment([Statement.new("select 1")], 0.016, 100.1)
+    assert @slow.slow?("select 1")
   end
 
   def test_only_answers_read_after_a_statement_started_count
