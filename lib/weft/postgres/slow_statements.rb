@@ -26,10 +26,11 @@ module Weft
     # So a statement that took LONG or more is:
     # - long at once when the server is known to have taken LONG more on it than on the quickest
     #   answer read while it was in flight (RecentAnswers: that answer's time counted as the
-    #   longest it can have been, this statement's as the shortest);
-    # - otherwise unclear: it may have waited for a core as the others did, or, with no answer
-    #   read meanwhile, as nothing else did (a statement run alone on an idle pool; a segment
-    #   while the other connections' answers were all late too). An unclear statement
+    #   longest it can have been, this statement's as the shortest), or, for a statement sent
+    #   alone, when no answer came meanwhile (nothing to compare it with: a statement run alone
+    #   on an idle pool; a pipelined segment is sent only while every connection is in use, and
+    #   none of them answering is the machine's doing as likely as its own);
+    # - otherwise unclear: it may have waited for a core as the others did. An unclear statement
     #   is suspect, and long when it is found LONG again (clearly or not) in a later trip, one
     #   that began after the first was known to be late: the load that held up one trip seldom
     #   holds up the next of the same statement and no other, while a statement that runs long
@@ -85,7 +86,9 @@ module Weft
       # @return [void]
       def observe_segment(requests, seconds, started)
         if seconds >= LONG
-          clear = clearly_long?(seconds, started)
+          # Segments are sent only while every connection is in use: no answer from the others
+          # for LONG is the machine's doing as likely as the segment's own.
+          clear = clearly_long?(seconds, started, false)
           requests.each { |request| found_long(request.sql, seconds, started, clear) }
         elsif !(@texts.empty? && @suspects.empty?)
           requests.each { |request| forget(request.sql) }
@@ -101,7 +104,7 @@ module Weft
       # @return [void]
       def observe(sql, seconds, started)
         if seconds >= LONG
-          found_long(sql, seconds, started, clearly_long?(seconds, started))
+          found_long(sql, seconds, started, clearly_long?(seconds, started, true))
         elsif !(@texts.empty? && @suspects.empty?)
           forget(sql)
         end
@@ -120,11 +123,11 @@ module Weft
       private
 
       # Whether the server is known to have taken LONG more on a statement than on the quickest
-      # answer read since it started (none: it cannot be told). The ring is looked through only
-      # for a statement that took LONG at least.
-      def clearly_long?(seconds, started)
+      # answer read since it started; `alone` when no answer was read since. The ring is looked
+      # through only for a statement that took LONG at least.
+      def clearly_long?(seconds, started, alone)
         quickest = @answers.quickest_since(started)
-        !quickest.nil? && seconds - quickest >= LONG
+        quickest.nil? ? alone : seconds - quickest >= LONG
       end
 
       # A statement took LONG at least: it is long if that is clear, or was found so before in a
