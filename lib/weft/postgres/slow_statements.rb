@@ -37,8 +37,10 @@ module Weft
     #   does so every time. A quick trip in between clears the suspicion.
     # Each time is known to within a turn of the reactor (the polls that did not and did find
     # its answer), so on a reactor whose turns take long a long statement is seldom clear at
-    # once: with 16 ms turns a 50 ms one mostly is, with 25 ms turns it is marked on its second
-    # trip.
+    # once: with 16 ms turns a 50 ms one mostly is, with 25 ms turns it is often marked only on
+    # its second trip (a trip the polls cannot time at all counts as quick and clears it). A
+    # statement alone on a pool with nothing else answered meanwhile is judged by LONG alone, and
+    # a loaded machine can still mark it (a `select 1` run by one caller beside CPU spinners).
     #
     # It also keeps how long each one took the last time it was seen running long, so that the
     # pool can tell when one in flight is due to end (Pool#behind_slow).
