@@ -100,16 +100,19 @@ class PostgresServerTimeTest < Minitest::Test
     end
   end
 
-  # On a busy reactor a statement that runs long is still marked, from its first run among
-  # short statements, and from then on the short statements do not wait for it: it has its
-  # connection to itself.
+  # On a busy reactor a statement that runs long is still marked, among short statements, and
+  # from then on the short statements do not wait for it: it has its connection to itself.
+  # Marked at its first trip when its time stands clear of the other answers of its time, else
+  # at its next (SlowStatements): each time is known to within a turn of the reactor, and on a
+  # loaded machine (turns of 25-45 ms beside CPU spinners) a 50 ms statement may not stand
+  # clear of a `select 1` the machine held up as long, which must not be marked.
   def test_a_slow_statement_is_marked_and_kept_apart_on_a_busy_reactor
     db = pool(limit: 2)
     reactor do
       with_loopers(db, busy: 2) do |latencies|
         first = "select pg_sleep(0.05), 'server-time-busy'"
-        db.query(first)
-        assert known_slow?(db, first), "pg_sleep(0.05) was not marked"
+        2.times { db.query(first) unless known_slow?(db, first) }
+        assert known_slow?(db, first), "pg_sleep(0.05) was not marked by its second trip"
 
         # Long enough that a short statement held up behind it (>= 0.6 s) stands clear of one
         # merely slowed by a loaded machine (a full suite beside other jobs: 0.32 s seen).

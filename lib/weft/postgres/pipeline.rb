@@ -131,6 +131,9 @@ module Weft
         @draining
       end
 
+      # @return [Float] monotonic time of the last read from the server
+      attr_reader :read_at
+
       # @return [Boolean] whether someone is reading results
       def reading?
         !@reader.nil?
@@ -452,14 +455,15 @@ module Weft
         # is read instead, it would include the time this process took to get round to reading
         # it (a busy reactor, a core shared with other processes), and short statements would
         # pass for long ones under load.
-        took = segment.empty? ? 0.0 : @arrived_after - segment_start(segment.first)
+        started = segment.empty? ? @read_at : segment_start(segment.first)
+        took = @arrived_after - started
         @progress_at = @read_at
         segment.each { |request| @slow_in_flight -= 1 if request.slow } if @slow_in_flight > 0
         segment.each { |request| Trace.event(:answered, @connection, request.object_id) } if Trace::ON
         clean = @clean
         @clean = true
         clean ? settle_committed(segment) : settle_failed(segment)
-        @owner.segment_settled(self, segment, took)
+        @owner.segment_settled(self, segment, took, started)
         segment.clear
         @spare_segment = segment
         in_flight_none? ? release_if_idle : cancel_abandoned_head

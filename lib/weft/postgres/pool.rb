@@ -390,11 +390,14 @@ module Weft
       # --- Called by Pipeline, under the lock ---------------------------------------------
 
       # @api private: a segment's statements finished, in `seconds` of the server's time (as far
-      # as the pipeline can tell it from this process's own delay): the pool learns which
-      # statements run long (SlowStatements), and the first waiter for a slot looks
+      # as the pipeline can tell it from this process's own delay) from `started`: the pool
+      # learns which statements run long (SlowStatements), and the first waiter for a slot looks
       # again, as slots are free on this pipeline and it may no longer carry a slow statement.
-      def segment_settled(_pipeline, requests, seconds)
-        @slow_statements.observe_segment(requests, seconds)
+      def segment_settled(pipeline, requests, seconds, started)
+        unless requests.empty?
+          @slow_statements.observe_segment(requests, seconds, started)
+          @slow_statements.answered(requests.first.sent_at, pipeline.read_at)
+        end
         wake_slot_waiter
       end
 
@@ -685,7 +688,11 @@ module Weft
         clean = true
         # When the reactor cannot tell, the statement counts as short (the pool's bias).
         ready = ServerTime.ready_after(started)
-        @lock.synchronize { @slow_statements.observe(sql, ready ? ready - started : 0.0) }
+        read_at = Timers.now
+        @lock.synchronize do
+          @slow_statements.observe(sql, ready ? ready - started : 0.0, started)
+          @slow_statements.answered(started, read_at)
+        end
         Trace.event(:done, connection) if Trace::ON
         result
       ensure

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "recent_answers"
+
 module Weft
   module Postgres
     # The statements (by their exact SQL text) a pool has seen run long, so that it keeps them
@@ -14,6 +16,31 @@ module Weft
     # the time until an answer is read is mostly that delay, and counting it marked `select 1`
     # as long over and over. Where the two cannot be told apart the time given is the shorter
     # one, so a statement is marked only when the server is known to have taken long.
+    #
+    # Long is judged against the statement's contemporaries, not against a fixed figure alone:
+    # on a machine whose cores are all busy the server answers every statement late (a backend
+    # waits for a core before it reads its socket). A `select 1` not yet answered at the poll of
+    # a busy reactor after the one it was written in took over 16 ms of the server's time as this
+    # process can tell it, though the server answered nothing much sooner then; counted as long,
+    # it went alone, its connection taking nothing else meanwhile, until it ran quickly again.
+    # So a statement that took LONG or more is:
+    # - long at once when the server is known to have taken LONG more on it than on the quickest
+    #   answer read while it was in flight (RecentAnswers: that answer's time counted as the
+    #   longest it can have been, this statement's as the shortest), or, for a statement sent
+    #   alone, when no answer came meanwhile (nothing to compare it with: a statement run alone
+    #   on an idle pool; a pipelined segment is sent only while every connection is in use, and
+    #   none of them answering is the machine's doing as likely as its own);
+    # - otherwise unclear: it may have waited for a core as the others did. An unclear statement
+    #   is suspect, and long when it is found LONG again (clearly or not) in a later trip, one
+    #   that began after the first was known to be late: the load that held up one trip seldom
+    #   holds up the next of the same statement and no other, while a statement that runs long
+    #   does so every time. A quick trip in between clears the suspicion.
+    # Each time is known to within a turn of the reactor (the polls that did not and did find
+    # its answer), so on a reactor whose turns take long a long statement is seldom clear at
+    # once: with 16 ms turns a 50 ms one mostly is, with 25 ms turns it is often marked only on
+    # its second trip (a trip the polls cannot time at all counts as quick and clears it). A
+    # statement alone on a pool with nothing else answered meanwhile is judged by LONG alone, and
+    # a loaded machine can still mark it (a `select 1` run by one caller beside CPU spinners).
     #
     # It also keeps how long each one took the last time it was seen running long, so that the
     # pool can tell when one in flight is due to end (Pool#behind_slow).
@@ -30,7 +57,9 @@ module Weft
 
       def initialize
         @texts = {} # SQL => seconds it took when last seen slow, the most recently seen slow last
+        @suspects = {} # SQL => monotonic time by which a trip found unclear was known to be late
         @marked = 0
+        @answers = RecentAnswers.new
       end
 
       # @return [Integer] how many times a statement was found running long (each time counts,
@@ -51,33 +80,77 @@ module Weft
       end
 
       # Records how long a segment of pipelined statements took on the server, from the first
-      # one's start to the sync point after the last.
+      # one's start to the sync point after the last. Call #answered for it afterwards: it is not
+      # its own contemporary.
       # @param requests [Array<Request>] the segment's statements
-      # @param seconds [Float]
+      # @param seconds [Float] the shortest it can have taken
+      # @param started [Float] monotonic time the server can have started on it at the latest
       # @return [void]
-      def observe_segment(requests, seconds)
+      def observe_segment(requests, seconds, started)
         if seconds >= LONG
-          requests.each { |request| remember(request.sql, seconds) }
-        elsif !@texts.empty?
-          requests.each { |request| @texts.delete(request.sql) }
+          # Segments are sent only while every connection is in use: no answer from the others
+          # for LONG is the machine's doing as likely as the segment's own.
+          clear = clearly_long?(seconds, started, false)
+          requests.each { |request| found_long(request.sql, seconds, started, clear) }
+        elsif !(@texts.empty? && @suspects.empty?)
+          requests.each { |request| forget(request.sql) }
         end
         nil
       end
 
-      # Records how long one statement sent alone took on the server.
+      # Records how long one statement sent alone took on the server. Call #answered for it
+      # afterwards.
       # @param sql [String]
-      # @param seconds [Float]
+      # @param seconds [Float] the shortest it can have taken
+      # @param started [Float] monotonic time it was sent
       # @return [void]
-      def observe(sql, seconds)
+      def observe(sql, seconds, started)
         if seconds >= LONG
-          remember(sql, seconds)
-        elsif !@texts.empty?
-          @texts.delete(sql)
+          found_long(sql, seconds, started, clearly_long?(seconds, started, true))
+        elsif !(@texts.empty? && @suspects.empty?)
+          forget(sql)
         end
         nil
+      end
+
+      # Records an answer read from the server (a segment's, a statement's sent alone): the
+      # contemporaries of the statements in flight meanwhile (see RecentAnswers).
+      # @param sent_at [Float] monotonic time its statements were written
+      # @param read_at [Float] monotonic time it was read
+      # @return [void]
+      def answered(sent_at, read_at)
+        @answers.record(sent_at, read_at)
       end
 
       private
+
+      # Whether the server is known to have taken LONG more on a statement than on the quickest
+      # answer read since it started; `alone` when no answer was read since. The ring is looked
+      # through only for a statement that took LONG at least.
+      def clearly_long?(seconds, started, alone)
+        quickest = @answers.quickest_since(started)
+        quickest.nil? ? alone : seconds - quickest >= LONG
+      end
+
+      # A statement took LONG at least: it is long if that is clear, or was found so before in a
+      # trip known to be late before this one began (not one held up by the same spell of load);
+      # else suspect, unless it is known as slow already (it stays so).
+      def found_long(sql, seconds, started, clear)
+        late_by = @suspects[sql]
+        if clear || (late_by && late_by <= started)
+          @suspects.delete(sql) if late_by
+          remember(sql, seconds)
+        elsif late_by.nil? && !@texts.key?(sql)
+          @suspects[sql] = started + seconds
+          @suspects.shift if @suspects.size > MEMORY
+        end
+      end
+
+      # A quick trip: the statement is neither slow nor suspect.
+      def forget(sql)
+        @texts.delete(sql)
+        @suspects.delete(sql)
+      end
 
       def remember(sql, seconds)
         @marked += 1
