@@ -9,10 +9,12 @@ module RingpoolBench
     BEFORE = 5 # seconds shown before the fault
     DEGRADED = %w[shard_unavailable storage_unavailable item_error].freeze
 
-    def initialize(config, settings, outcomes, uptime_before:, uptime_after:)
+    # @param front [String, nil] the front the load went through (FRONT), described
+    def initialize(config, settings, outcomes, front:, uptime_before:, uptime_after:)
       @config = config
       @settings = settings
       @outcomes = outcomes
+      @front = front
       @uptime_before = uptime_before
       @uptime_after = uptime_after
     end
@@ -35,9 +37,9 @@ module RingpoolBench
         number with overlapping lockouts in the allocations table afterwards (PostgreSQL's
         exclusion constraint forbids them; the count checks it held).
       TEXT
-      if @settings.front
+      if @front
         report.paragraph(<<~TEXT)
-          **With a front:** JMeter sends to #{@settings.front}, and each shard serves the public API on an
+          **With a front:** JMeter sends to #{@front}, and each shard serves the public API on an
           address of its own (`RINGPOOL_SHARD_PORT`, apps/ringpool/config/weft.rb), as the seed's team
           ran a proxy per host in front of their shards. Without a front, the requests a stopped shard
           had accepted wait for JMeter's timeout whatever the server (ringpool-faults.md).

@@ -46,11 +46,7 @@ module RingpoolBench
     def run
       config = Config.new(ENV.to_h.merge("OUT" => "unused"))
       settings = Settings.from_env
-      if settings.front
-        raise ArgumentError, "FRONT=haproxy runs with SERVERS=weft only (the shards' own listeners are config/weft.rb's)" unless config.servers == ["weft"]
-
-        ENV["RINGPOOL_SHARD_PORT"] ||= Front.free_ports(config.shards).to_s
-      end
+      front = front_for(config) if settings.front
       raise ArgumentError, "FAULT_AT + STALL_SECONDS must end before FAULT_SECONDS" if settings.fault_at + settings.stall >= settings.seconds
 
       FileUtils.rm_rf(TMP)
@@ -58,20 +54,31 @@ module RingpoolBench
       Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1])
       uptime_before = `uptime`.strip
       cluster = Weft::Test::PostgresCluster.new.start
-      outcomes = config.servers.flat_map { |name| run_server(config, settings, name, cluster) }
-      FaultReport.new(config, settings, outcomes, uptime_before: uptime_before, uptime_after: `uptime`.strip).write(settings.out)
+      outcomes = config.servers.flat_map { |name| run_server(config, settings, name, cluster, front) }
+      FaultReport.new(config, settings, outcomes, front: front&.description, uptime_before: uptime_before,
+                                                  uptime_after: `uptime`.strip).write(settings.out)
       warn "wrote #{settings.out.delete_prefix("#{ROOT}/")}"
     ensure
       cluster&.destroy
     end
 
+    # The HAProxy front of FRONT=haproxy (not started): Weft's shards only, each on a port of its
+    # own (RINGPOOL_SHARD_PORT, which the server's processes inherit; picked here when unset).
+    # @return [Front]
+    def front_for(config)
+      raise ArgumentError, "FRONT=haproxy runs with SERVERS=weft only (the shards' own listeners are config/weft.rb's)" unless config.servers == ["weft"]
+
+      ENV["RINGPOOL_SHARD_PORT"] ||= Bench.free_ports(config.shards).to_s
+      Front.new(shard_port: Integer(ENV["RINGPOOL_SHARD_PORT"]), shards: config.shards, dir: File.join(TMP, "weft"))
+    end
+
+    # @param front [Front, nil] started after the server, JMeter's target instead of the server
     # @return [Array<Outcome>] one per scenario
-    def run_server(config, settings, name, cluster)
+    def run_server(config, settings, name, cluster, front)
       prepared = RingpoolBench.prepare_server(config, name, cluster)
       server = prepared.server
-      if settings.front
-        front = Front.new(shard_port: Integer(ENV.fetch("RINGPOOL_SHARD_PORT")), shards: config.shards, dir: File.join(TMP, name)).start
-        settings.front = front.description
+      if front
+        front.start
         warn "ringpool faults: #{front.description} on port #{front.port}"
       end
       jmeter = JMeter.new(File.join(TMP, "launcher"))

@@ -26,24 +26,6 @@ module RingpoolBench
 
     attr_reader :port
 
-    # @param count [Integer]
-    # @return [Integer] the first of `count` consecutive TCP ports on 127.0.0.1 free right now
-    def self.free_ports(count)
-      100.times do
-        base = rand(20_000..32_000) # below Linux's ephemeral ports, which connect() may take meanwhile
-        sockets = []
-        begin
-          count.times { |offset| sockets << TCPServer.new("127.0.0.1", base + offset) }
-          return base
-        rescue Errno::EADDRINUSE
-          next
-        ensure
-          sockets.each(&:close)
-        end
-      end
-      raise "no #{count} consecutive free ports found"
-    end
-
     # @param shard_port [Integer] shard i serves the public API on shard_port + i
     # @param shards [Integer]
     # @param dir [String] where its configuration and log go
