@@ -40,11 +40,13 @@ module RingpoolBench
       if @front
         report.paragraph(<<~TEXT)
           **With a front:** JMeter sends to #{@front}, and each shard serves the public API on an
-          address of its own (`RINGPOOL_SHARD_PORT`, apps/ringpool/config/weft.rb), as the seed's team
-          ran a proxy per host in front of their shards. Without a front, the requests a stopped shard
+          address of its own (Weft: `RINGPOOL_SHARD_PORT`, apps/ringpool/config/weft.rb; Puma and
+          Falcon: a single-process server per shard), as the seed's team ran a proxy per host in
+          front of their shards. Without a front, the requests a stopped shard
           had accepted wait for JMeter's timeout whatever the server (ringpool-faults.md).
         TEXT
       end
+      report.paragraph(@outcomes.uniq(&:server).map { |outcome| "- #{outcome.server}: #{outcome.described}" }.join("\n"))
       Faults::SCENARIOS.each { |scenario| section(report, scenario, @outcomes.select { |outcome| outcome.scenario == scenario }) }
       report.write(path)
     end

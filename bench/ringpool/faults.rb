@@ -17,15 +17,15 @@ module RingpoolBench
   #   FAULT_RATE=100  FAULT_SECONDS=40  FAULT_AT=12  STALL_SECONDS=10  (and run.rb's POOLS, SIZES,
   #   LOCKOUT, ITEMS, BODIES, SEED, SHARDS, SERVERS, HEADROOM, RAMP, TIMEOUT_MS)
   #
-  # FRONT=haproxy (with SERVERS=weft): JMeter talks to HAProxy in front of the shards instead of
-  # to the shards' shared listener (Front; FRONT_TIMEOUT_MS, FRONT_CHECK_MS); writes
-  # ringpool-faults-front.md.
+  # FRONT=haproxy: JMeter talks to HAProxy in front of the shards instead of to the shards'
+  # shared listener (Front; FRONT_TIMEOUT_MS, FRONT_CHECK_MS); Puma and Falcon then run a
+  # single-process server per shard (Server::PROCESS_PER_SHARD). Writes ringpool-faults-front.md.
   module Faults
     SCENARIOS = %w[stall pg_restart].freeze
 
     # One scenario under one server: the JMeter samples, when the fault began and ended, and the
     # double allocations found afterwards.
-    Outcome = Struct.new(:server, :scenario, :samples, :fault_from, :fault_to, :doubles, keyword_init: true)
+    Outcome = Struct.new(:server, :scenario, :samples, :fault_from, :fault_to, :doubles, :described, keyword_init: true)
 
     # Settings of the fault runs, from the environment.
     Settings = Struct.new(:rate, :seconds, :fault_at, :stall, :out, :front) do
@@ -62,20 +62,19 @@ module RingpoolBench
       cluster&.destroy
     end
 
-    # The HAProxy front of FRONT=haproxy (not started): Weft's shards only, each on a port of its
-    # own (RINGPOOL_SHARD_PORT, which the server's processes inherit; picked here when unset).
+    # The HAProxy front of FRONT=haproxy (not started), in front of each server in turn: its
+    # shards each on a port of its own, shard_port + index (RINGPOOL_SHARD_PORT, which Weft's
+    # processes inherit and Server gives Puma's and Falcon's; picked here when unset).
     # @return [Front]
     def front_for(config)
-      raise ArgumentError, "FRONT=haproxy runs with SERVERS=weft only (the shards' own listeners are config/weft.rb's)" unless config.servers == ["weft"]
-
       ENV["RINGPOOL_SHARD_PORT"] ||= Bench.free_ports(config.shards).to_s
-      Front.new(shard_port: Integer(ENV["RINGPOOL_SHARD_PORT"]), shards: config.shards, dir: File.join(TMP, "weft"))
+      Front.new(shard_port: Integer(ENV["RINGPOOL_SHARD_PORT"]), shards: config.shards, dir: File.join(TMP, "front"))
     end
 
     # @param front [Front, nil] started after the server, JMeter's target instead of the server
     # @return [Array<Outcome>] one per scenario
     def run_server(config, settings, name, cluster, front)
-      prepared = RingpoolBench.prepare_server(config, name, cluster)
+      prepared = RingpoolBench.prepare_server(config, name, cluster, shard_port: front&.shard_port)
       server = prepared.server
       if front
         front.start
@@ -85,6 +84,7 @@ module RingpoolBench
       SCENARIOS.map do |scenario|
         outcome = run_scenario(config, settings, scenario, server, cluster, jmeter, prepared.bodies, front&.port || server.port)
         outcome.doubles = doubles(prepared.database_url)
+        outcome.described = server.description
         warn "ringpool faults: #{name} #{scenario}: #{outcome.samples.size} requests, #{outcome.doubles} double allocations"
         outcome
       end

@@ -4,8 +4,9 @@ require "socket"
 require_relative "../support/ports"
 
 module RingpoolBench
-  # FRONT=haproxy for the fault runs (Weft only): HAProxy from Debian in front of the shards,
-  # each on an address of its own (RINGPOOL_SHARD_PORT, config/weft.rb), as the seed's team ran
+  # FRONT=haproxy for the fault runs: HAProxy from Debian in front of the shards, each on an
+  # address of its own (Weft's: RINGPOOL_SHARD_PORT, config/weft.rb; Puma's and Falcon's: a
+  # single-process server per shard, Server::PROCESS_PER_SHARD), as the seed's team ran
   # a proxy per host in front of theirs. JMeter talks to the front; the front sends each request
   # to a shard, gives up on a shard after FRONT_TIMEOUT_MS and sends the request to another
   # (retry-on response-timeout, option redispatch), and takes a shard out of rotation after two
@@ -24,7 +25,7 @@ module RingpoolBench
     # a shard held when it stopped (no 504s), but a retried request does not count against the
     # shard (p99 113 ms). All runs: bench/results/ringpool-notes.md, 2026-12-06.
 
-    attr_reader :port
+    attr_reader :port, :shard_port
 
     # @param shard_port [Integer] shard i serves the public API on shard_port + i
     # @param shards [Integer]
@@ -42,6 +43,7 @@ module RingpoolBench
     # @return [self]
     def start
       @port = Bench.free_port
+      FileUtils.mkdir_p(@dir)
       path = File.join(@dir, "haproxy.cfg")
       File.write(path, configuration)
       log = File.join(@dir, "haproxy.log")

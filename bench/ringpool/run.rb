@@ -114,56 +114,85 @@ module RingpoolBench
                    "-c", "apps/ringpool/config/any_server.ru"]
     }.freeze
 
+    # Behind a front (FRONT=haproxy), each shard needs an address of its own. Weft's workers get
+    # one from config/weft.rb (RINGPOOL_SHARD_PORT); Puma and Falcon give their workers one
+    # shared listener, so there each shard is a single-process server of its own on PORT (Puma
+    # with RINGPOOL_SHARDS=0: single mode, no workers). Their shards find each other as under
+    # COMMANDS, by the socket folder (Ringpool::ShardSlot).
+    PROCESS_PER_SHARD = {
+      "puma" => COMMANDS.fetch("puma"),
+      "falcon" => [Gem.bin_path("falcon", "falcon"), "serve", "-b", "http://127.0.0.1:PORT", "-n", "1",
+                   "-c", "apps/ringpool/config/any_server.ru"]
+    }.freeze
+
     attr_reader :pid, :port, :name
 
-    def initialize(name, database_url:, shards:, dir:)
+    # @param shard_port [Integer, nil] behind a front: shard i serves the public API on
+    #   shard_port + i
+    def initialize(name, database_url:, shards:, dir:, shard_port: nil)
       @name = name
       @database_url = database_url
       @shards = shards
       @dir = dir
+      @shard_port = shard_port
       @threads = Integer(ENV.fetch("PUMA_THREADS", "32"))
     end
 
-    # Starts the server and waits until it answers GET /health.
+    # Starts the server (a process per shard when PROCESS_PER_SHARD applies; one process group)
+    # and waits until it answers GET /health on every port.
     # @raise [RuntimeError] when it exits or does not answer within 60 s (with its log's tail)
     def start
-      @port = Bench.free_port
       FileUtils.mkdir_p(@dir)
       @log = File.join(@dir, "server.log")
-      @pid = Process.spawn(environment, RbConfig.ruby, *command, chdir: ROOT, out: @log, err: @log, pgroup: true)
+      @pids = []
+      if process_per_shard?
+        @port = @shard_port
+        @shards.times do |index|
+          port = @shard_port + index
+          spawn(environment(port).merge("RINGPOOL_SHARDS" => "0"), command(PROCESS_PER_SHARD.fetch(@name), port))
+        end
+      else
+        @port = Bench.free_port
+        spawn(environment(@port), command(COMMANDS.fetch(@name), @port))
+      end
+      @pid = @pids.first
       await
       self
     end
 
     # @return [Hash{String => String}] the server's environment (a subclass may add to it)
-    def environment
-      { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{@port}",
+    def environment(port)
+      { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{port}",
         "RINGPOOL_SHARDS" => @shards.to_s, "RINGPOOL_SOCKET_DIR" => File.join(@dir, "sockets"),
         "PUMA_THREADS" => @threads.to_s }
     end
 
     # @return [Array<String>] the command line after `ruby`, PORT and SHARDS filled in
-    def command
-      COMMANDS.fetch(@name).map { |arg| arg.sub("PORT", @port.to_s).sub(/\ASHARDS\z/, @shards.to_s) }
+    def command(template, port)
+      template.map { |arg| arg.sub("PORT", port.to_s).sub(/\ASHARDS\z/, @shards.to_s) }
     end
 
     # @return [String] how the server was run, for the report
     def description
-      command = COMMANDS.fetch(@name).map { |arg| arg.start_with?("/") ? File.basename(arg) : arg }.join(" ")
       threads = @name == "puma" ? ", #{@threads} threads each (PUMA_THREADS)" : ""
-      "`#{command.sub('PORT', 'PORT')}` with RINGPOOL_SHARDS=#{@shards} (#{@shards} worker processes, one shard each#{threads})"
+      if process_per_shard?
+        "#{@shards} x `#{shown(PROCESS_PER_SHARD.fetch(@name))}`, each on a port of its own#{' with RINGPOOL_SHARDS=0 (single mode)' if @name == 'puma'} " \
+          "(one process per shard#{threads})"
+      else
+        "`#{shown(COMMANDS.fetch(@name))}` with RINGPOOL_SHARDS=#{@shards} (#{@shards} worker processes, one shard each#{threads})"
+      end
     end
 
     def stop
       return unless @pid
 
       Process.kill(:TERM, -@pid)
-      Timeout.timeout(15) { Process.wait(@pid) }
+      Timeout.timeout(15) { @pids.each { |pid| Process.wait(pid) } }
     rescue Errno::ESRCH, Errno::ECHILD
       nil
     rescue Timeout::Error
       Process.kill(:KILL, -@pid)
-      Process.wait(@pid)
+      @pids.each { |pid| Process.wait(pid) rescue Errno::ECHILD } # rubocop:disable Style/RescueModifier
     ensure
       @pid = nil
     end
@@ -194,11 +223,26 @@ module RingpoolBench
 
     private
 
+    def process_per_shard?
+      @shard_port && PROCESS_PER_SHARD.key?(@name)
+    end
+
+    # The processes share the log (appending) and the first one's process group.
+    def spawn(environment, command)
+      group = @pids.empty? ? true : @pids.first
+      @pids << Process.spawn(environment, RbConfig.ruby, *command, chdir: ROOT, out: [@log, "a"], err: [:child, :out], pgroup: group)
+    end
+
+    def shown(template)
+      template.map { |arg| arg.start_with?("/") ? File.basename(arg) : arg }.join(" ")
+    end
+
     def await
       limit = RingpoolBench.now + 60
+      ports = process_per_shard? ? Array.new(@shards) { |index| @shard_port + index } : [@port]
       loop do
-        raise "ringpool exited at start (#{$?}); #{@log}:\n#{tail}" if Process.waitpid(@pid, Process::WNOHANG)
-        return if healthy?
+        raise "ringpool exited at start (#{$?}); #{@log}:\n#{tail}" if @pids.any? { |pid| Process.waitpid(pid, Process::WNOHANG) }
+        return if ports.all? { |port| healthy?(port) }
         raise "ringpool did not answer GET /health within 60 s; #{@log}:\n#{tail}" if RingpoolBench.now > limit
         # A shard that cannot boot is replaced again and again: no need to wait the whole minute.
         raise "ringpool's shards keep failing at boot; #{@log}:\n#{tail}" if boot_failures >= 3
@@ -208,8 +252,8 @@ module RingpoolBench
     end
 
     # Short timeouts: while no shard has booted, the listener accepts but nobody answers.
-    def healthy?
-      Net::HTTP.start("127.0.0.1", @port, open_timeout: 1, read_timeout: 2) { |http| http.get("/health").code == "200" }
+    def healthy?(port)
+      Net::HTTP.start("127.0.0.1", port, open_timeout: 1, read_timeout: 2) { |http| http.get("/health").code == "200" }
     rescue StandardError
       false
     end
@@ -360,10 +404,10 @@ module RingpoolBench
   # Starts `name` on a database of its own and seeds it as every other server's (the same seed,
   # so the same pools and bodies).
   # @return [Prepared] the server is running: stop it
-  def prepare_server(config, name, cluster)
+  def prepare_server(config, name, cluster, shard_port: nil)
     rng = Random.new(config.seed)
     database_url = cluster.create_database("ringpool_#{name}")
-    server = Server.new(name, database_url: database_url, shards: config.shards, dir: File.join(TMP, name))
+    server = Server.new(name, database_url: database_url, shards: config.shards, dir: File.join(TMP, name), shard_port: shard_port)
     warn "ringpool: starting #{name} with #{config.shards} shards"
     server.start
     started = now

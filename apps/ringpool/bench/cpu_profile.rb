@@ -74,12 +74,12 @@ module RingpoolCpuProfile
     end
 
     # @return [Hash{String => String}] where the shards write their profiles
-    def environment
-      super.merge("RINGPOOL_PROFILE_DIR" => @dir)
+    def environment(port)
+      super(port).merge("RINGPOOL_PROFILE_DIR" => @dir)
     end
 
     # @return [Array<String>] `weft serve` with the profiling config
-    def command
+    def command(_template, _port)
       ["exe/weft", "serve", "-C", CONFIG]
     end
 
