@@ -17,6 +17,7 @@ require "weft/http"
 #   RINGPOOL_CHAOS_CLIENTS      concurrent keep-alive clients of the closed loop (8)
 #   RINGPOOL_CHAOS_DEADLINE_MS  the service's fan-out deadline (50, its default)
 #   RINGPOOL_CHAOS_KILL_EVERY   seconds between kill -9 of a random shard (0.5)
+#   RINGPOOL_CHAOS_LOG          a file to copy the shards' log to at the end (unset: none)
 #   RINGPOOL_CHAOS_STRICT       1: also fail when a request took longer than deadline + 100 ms
 #                               (the issue's bound; on a loaded 2-core machine the suite only
 #                               reports it, and fails past deadline + 2 s)
@@ -97,6 +98,9 @@ class RingpoolChaosTest < Minitest::Test
   end
 
   def teardown
+    # RINGPOOL_CHAOS_LOG=FILE keeps the shards' log (their takeovers, breakers, failures), which
+    # goes with the cluster's folder otherwise.
+    FileUtils.cp(@cluster.log, ENV["RINGPOOL_CHAOS_LOG"]) if @cluster && ENV["RINGPOOL_CHAOS_LOG"] && File.exist?(@cluster.log)
     @cluster&.stop
     @postgres&.destroy
   end
