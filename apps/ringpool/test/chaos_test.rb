@@ -21,8 +21,9 @@ require "weft/http"
 #   RINGPOOL_CHAOS_KILL_EVERY   seconds between kill -9 of a random shard (0.5)
 #   RINGPOOL_CHAOS_LOG          a file to copy the shards' log to at the end (unset: none)
 #   RINGPOOL_CHAOS_STRICT       1: also fail when a request took longer than deadline + 100 ms
-#                               (the issue's bound; on a loaded 2-core machine the suite only
-#                               reports it, and fails past deadline + 2 s)
+#                               less the client's stalls (the issue's bound; on a loaded 2-core
+#                               machine the suite only reports it, and fails past deadline +
+#                               500 ms less the client's stalls, or past deadline + 2 s in all)
 #
 # Closed loop, each client sends its next request when the last one is answered: the load is
 # whatever the machine gives back, and on two cores shared with the shards and PostgreSQL it
@@ -59,7 +60,12 @@ class RingpoolChaosTest < Minitest::Test
   POOLS = 100
   # Answered past this many seconds after the deadline: the issue's bound.
   BOUND = 0.1
-  # Past this, even the suite's run fails: something waited that must not.
+  # Past this many seconds after the deadline, less the client's stalls, every open-loop run
+  # fails, the suite's included: what a loaded 2-core machine holds with room. The suite's run with 4 busy
+  # loops beside it (2026-12-06): at most 73 ms in all on Ruby 3.1 (5 runs), 141 ms on 3.3 +
+  # YJIT (6 runs); 141 ms is too close to the issue's 150 for a suite beside other jobs.
+  SUITE_BOUND = 0.5
+  # Past this, as the client measured it (its own stalls included), every run fails.
   HARD_BOUND = 2.0
 
   # One POST /allocations as the client saw it. Its answers are checked as they come (Answers),
@@ -434,18 +440,22 @@ class RingpoolChaosTest < Minitest::Test
     assert_operator after, :>=, 1, "no request was sent after PostgreSQL was back up"
   end
 
-  # Every request answered (after its retries), none past the hard bound, and in strict mode
-  # none past the issue's bound less the client's stalls. Checked after the report is printed,
-  # so that a failing run still says where its time went.
+  # Every request answered (after its retries), none past the hard bound, and none past
+  # SUITE_BOUND (open loop) or the issue's BOUND (strict mode) less the client's stalls.
+  # Checked after the report is printed, so that a failing run still says where its time went.
   def assert_bounds(requests, stalls)
     unanswered = requests.select(&:error)
     assert_empty unanswered.first(5).map(&:error), "#{unanswered.size} requests got no answer in #{ATTEMPTS} attempts"
     answered = requests.reject(&:error)
     slowest = answered.map(&:seconds).max
     assert_operator slowest, :<, DEADLINE + HARD_BOUND, "a request took #{slowest.round(3)} s"
-    return unless STRICT
-    late = served_times(answered, stalls).values.count { |s| s > DEADLINE + BOUND }
-    assert_equal 0, late, "#{late} requests took longer than the deadline + #{BOUND * 1000} ms, not counting the client's own stalls"
+    # A closed loop saturates the machine by design: only the strict check applies to it.
+    bound = STRICT ? BOUND : (SUITE_BOUND if RATE)
+    return unless bound
+    served = served_times(answered, stalls).values
+    late = served.count { |s| s > DEADLINE + bound }
+    assert_equal 0, late, "#{late} requests took longer than the deadline + #{(bound * 1000).round} ms, " \
+                          "not counting the client's own stalls (the slowest #{(served.max * 1000).round} ms)"
   end
 
   # @return [Hash{Request => Float}] each request's time less the client stalls it overlapped
