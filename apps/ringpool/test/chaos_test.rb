@@ -110,7 +110,8 @@ class RingpoolChaosTest < Minitest::Test
   def teardown
     # RINGPOOL_CHAOS_LOG=FILE keeps the shards' log (their takeovers, breakers, failures), which
     # goes with the cluster's folder otherwise.
-    FileUtils.cp(@cluster.log, ENV["RINGPOOL_CHAOS_LOG"]) if @cluster && ENV["RINGPOOL_CHAOS_LOG"] && File.exist?(@cluster.log)
+    keep = ENV["RINGPOOL_CHAOS_LOG"]
+    FileUtils.cp(@cluster.log, keep) if keep && @cluster && File.exist?(@cluster.log)
     @cluster&.stop
     @postgres&.destroy
   end
