@@ -62,8 +62,8 @@ class RingpoolChaosTest < Minitest::Test
   BOUND = 0.1
   # Past this many seconds after the deadline, less the client's stalls, every open-loop run
   # fails, the suite's included: what a loaded 2-core machine holds with room. The suite's run
-  # with 4 busy loops beside it (2026-12-06): at most 73 ms in all on Ruby 3.1 (5 runs), 141 ms
-  # on 3.3 + YJIT (6 runs); 141 ms is too close to the issue's 150 for a suite beside other jobs.
+  # with 4 busy loops beside it (2026-12-06): at most 73 ms on Ruby 3.1 (5 runs), 141 ms on 3.3
+  # + YJIT (6 runs); 141 ms is too close to the issue's 150 for a suite beside other jobs.
   SUITE_BOUND = 0.5
   # Past this, as the client measured it (its own stalls included), every run fails.
   HARD_BOUND = 2.0
