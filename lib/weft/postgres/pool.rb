@@ -511,10 +511,8 @@ module Weft
       # may queue behind another such, #behind_slow).
       # `request`, `task`, `deadline`: the statement to send, and what may make the caller leave
       # the line (see #hand_to_slot_waiter); `placed`: the pipeline a connection's releaser sent
-      # `request` down for the caller (`error`: what libpq raised for it instead); `fiber`: the
-      # caller's (for Trace).
-      SlotWaiter = Struct.new(:condition, :woken, :since, :long_for, :request, :task, :deadline, :placed, :error,
-                              :fiber) do
+      # `request` down for the caller (`error`: what libpq raised for it instead).
+      SlotWaiter = Struct.new(:condition, :woken, :since, :long_for, :request, :task, :deadline, :placed, :error) do
         # Whether whoever frees a connection may send the caller's statement for it: not a
         # caller whose task is being cancelled (the cancellation has not reached it yet) or
         # whose wait has run out (it is about to wake, and will look for itself).
@@ -570,7 +568,7 @@ module Weft
           end
           unless waiter
             waiter = SlotWaiter.new(Thread::ConditionVariable.new, false, Timers.now, long_for, request, Task.current,
-                                    deadline, nil, nil, Fiber.current)
+                                    deadline)
             @slot_queue << waiter
             Trace.event(:slot_wait) if Trace::ON
           end
@@ -596,7 +594,6 @@ module Weft
       # @return [Pipeline]
       def submit(pipeline, request)
         pipeline.submit(request)
-        Trace.event(:submit, pipeline.connection, "#{request.object_id}#{'/slow' if request.slow}") if Trace::ON
         pipeline
       ensure
         pass_slot_on # now that this statement took its place
@@ -707,6 +704,7 @@ module Weft
           request.alone = true
         end
         pipeline = place(request)
+        Trace.event(:submit, pipeline.connection, "#{request.object_id}#{'/slow' if request.slow}") if Trace::ON
         @queries += 1
         @pipelined_queries += 1
         depth = pipeline.depth
@@ -1126,7 +1124,7 @@ module Weft
         elsif (ticket = first_unserved_pin) && !slot_line_first?(ticket)
           ticket.connection = connection
           ticket.condition.signal
-        elsif unserved_pins? || !hand_to_slot_waiter(connection)
+        elsif !hand_to_slot_waiter(connection)
           @idle << connection
           wake_slot_waiter(behind: true)
         end
@@ -1142,13 +1140,6 @@ module Weft
       # would have sent it: the connection is empty, out of any transaction (a pinned one
       # comes back only when idle, a shared one only when drained).
       #
-      # Not while callers wait to pin: a connection given back goes to the first of them
-      # unless the slot line came first (#release), and one left free meanwhile is theirs to
-      # take without draining a shared one (#checkout_pinned, #pass_slot_on). Sent for the
-      # slot line whenever the line came first, it cost the Rails benchmark 2-4 requests/s
-      # (more leases drained a connection carrying a pg_sleep, which then took no sleep behind
-      # it; bench/results/rails-trace.md, "Hand-overs in the releaser's turn").
-      #
       # The first in line, even if a wake-up is on its way to it (for room elsewhere, which the
       # next in line is woken for instead): served before it runs, it cannot be overtaken by
       # the caller behind it. Only the first is served so: the next are woken one after
@@ -1160,12 +1151,8 @@ module Weft
       def hand_to_slot_waiter(connection)
         waiter = @slot_queue.find(&:takes_hand_over?) or return false
         pipeline = share(connection)
-        request = waiter.request
-        if Trace::ON # before the write it causes
-          Trace.event(:submit, connection, "#{request.object_id}#{'/slow' if request.slow}", fiber: waiter.fiber)
-        end
         begin
-          pipeline.submit(request, now: true)
+          pipeline.submit(waiter.request, now: true)
         rescue StandardError => e
           # libpq refused the caller's statement: the error is the caller's (a lost connection
           # failed the statements in flight, the caller's among them, and left the pool).
