@@ -91,12 +91,6 @@ module Weft
       true
     end
 
-    # @return [Boolean] whether #cancel was called (the task may still be unwinding, or not yet
-    #   have seen the request: it reaches a suspended task on the reactor's next turn)
-    def cancel_requested?
-      @cancel_requested
-    end
-
     # @return [Boolean] whether the task has ended (in any state)
     def done?
       @status != :running

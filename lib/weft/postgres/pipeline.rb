@@ -206,12 +206,9 @@ module Weft
       # Its statements go out in one write, and PostgreSQL answers them at the sync point
       # after the last, so a segment's statements count as sent when its first was submitted
       # (the clock is read once per segment), and then, once written, as sent when written
-      # (#flush). With `now: true` it is written at once, with whatever was submitted before it
-      # (for a statement that waited for this connection to come free: see
-      # Pool#hand_to_slot_waiter).
-      # @param now [Boolean] write it now rather than at the end of the turn
+      # (#flush).
       # @raise [PG::Error] when libpq refuses it (nothing is queued then)
-      def submit(request, now: false)
+      def submit(request)
         sync if request.alone && @unsynced > 0
         @raw.send_query_params(request.sql, request.params)
         @segment_sent_at = Timers.now if @unsynced == 0
@@ -222,8 +219,7 @@ module Weft
         @unsynced += 1
         @unwritten += 1
         sync if request.alone
-        # What a write now cannot take goes at the end of the turn (or with the reader's).
-        schedule_flush unless now && flush
+        schedule_flush
       rescue PG::Error, IOError, SystemCallError => e
         raise e unless @raw.status != PG::CONNECTION_OK || @queue.include?(request)
         lost(e)
@@ -240,19 +236,6 @@ module Weft
         request.value
       ensure
         abandon(request) unless request.settled?
-      end
-
-      # The caller of a submitted request leaves without waiting for it (its statement was sent
-      # for it, and it was cancelled or timed out before it came to #await): as when a waiter
-      # leaves #await, the result is discarded when it arrives, and the server is asked to
-      # cancel the statement once it is the one running. Does nothing for a settled request.
-      # @param request [Request]
-      # @return [void]
-      def abandon(request)
-        return if request.settled? || request.abandoned?
-        request.abandon
-        @abandoned += 1
-        cancel_abandoned_head
       end
 
       # Waits until nothing is in flight and no cancel request is on its way, so the connection
@@ -621,6 +604,14 @@ module Weft
       def lost_message(error)
         "connection to PostgreSQL at #{@address} lost with statements in flight: " \
           "#{error.message.strip} (#{error.class})"
+      end
+
+      # Called as an interrupted waiter leaves; the statement stays in flight until its
+      # segment's sync point comes back.
+      def abandon(request)
+        request.abandon
+        @abandoned += 1
+        cancel_abandoned_head
       end
 
       # If a statement of the segment the server runs now (the first whose results are not in)

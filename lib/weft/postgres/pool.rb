@@ -327,8 +327,7 @@ module Weft
       #   (most in flight on one connection so far), queries, pipelined, connects, discarded,
       #   slow_marked (times a statement was found running long and kept apart from then on),
       #   queued_behind_slow (known-slow statements sent behind another one due to end first;
-      #   see docs/postgres.md, "Routing"), handed_over (statements of callers waiting for a
-      #   slot sent by whoever gave a connection back, in the same turn of the reactor)
+      #   see docs/postgres.md, "Routing")
       def statistics
         synchronize do
           pinned = @pinned.size
@@ -350,7 +349,6 @@ module Weft
             discarded: @discarded,
             slow_marked: @slow_statements.marked,
             queued_behind_slow: @queued_behind_slow,
-            handed_over: @handed_over,
           }
         end
       end
@@ -467,7 +465,6 @@ module Weft
         @pipelined_queries = 0
         @max_depth = 0
         @queued_behind_slow = 0
-        @handed_over = 0
         @connects = 0
         @discarded = 0
       end
@@ -509,68 +506,41 @@ module Weft
       # to it (see #wake_slot_waiter); `since`: when it began to wait (see #release);
       # `long_for`: seconds its statement is known to run, nil unless known to run long (it
       # may queue behind another such, #behind_slow).
-      # `request`, `task`, `deadline`: the statement to send, and what may make the caller leave
-      # the line (see #hand_to_slot_waiter); `placed`: the pipeline a connection's releaser sent
-      # `request` down for the caller (`error`: what libpq raised for it instead); `fiber`: the
-      # caller's (for Trace).
-      SlotWaiter = Struct.new(:condition, :woken, :since, :long_for, :request, :task, :deadline, :placed, :error,
-                              :fiber) do
-        # Whether whoever frees a connection may send the caller's statement for it: not a
-        # caller whose task is being cancelled (the cancellation has not reached it yet) or
-        # whose wait has run out (it is about to wake, and will look for itself).
-        def takes_hand_over?
-          !task&.cancel_requested? && !deadline&.expired?
-        end
-      end
+      SlotWaiter = Struct.new(:condition, :woken, :since, :long_for)
       private_constant :SlotWaiter
 
-      # Sends `request` down a pipeline with a free slot (#free_pipeline) and returns that
-      # pipeline. When none has one, the caller waits in line: waiters are served first come,
-      # first served, as only the first in line looks when woken, and a connection given back
-      # meanwhile carries the first waiter's statement at once (#hand_to_slot_waiter). A caller
-      # that arrives takes a slot that is free then without queueing: waiters are woken one
-      # reactor turn after another, and making every newcomer queue behind them held the pool
-      # to one statement per turn while a line lasted. Past acquire_timeout a waiter queues
-      # behind a slow statement if a connection carrying one has room (#past_acquire_timeout).
-      # @param request [Request] known to run long when `request.slow` (#behind_slow)
-      # @return [Pipeline]
-      def place(request)
-        long_for = request.slow ? @slow_statements.seconds(request.sql) : nil
+      # A pipeline with a free slot (#free_pipeline). When none has one, the caller waits in
+      # line: waiters are served first come, first served, as only the first in line looks
+      # when woken. A caller that arrives takes a slot that is free then without queueing:
+      # waiters are woken one reactor turn after another, and making every newcomer queue
+      # behind them held the pool to one statement per turn while a line lasted. Past
+      # acquire_timeout a waiter queues behind a slow statement if a connection carrying one
+      # has room (#past_acquire_timeout).
+      # @param long_for [Float, nil] seconds the statement is known to run, nil unless known to
+      #   run long (#behind_slow)
+      def shared_pipeline(long_for)
         # Most callers find room at once: no line to join, no wake-up to hand on.
         pipeline = free_pipeline(nil, long_for)
-        return submit(pipeline, request) if pipeline
+        return pipeline if pipeline
 
-        pipeline, placed = wait_for_slot(request, long_for)
-        placed ? pipeline : submit(pipeline, request)
-      end
-
-      # #place's wait in line.
-      # @return [Array(Pipeline, Boolean)] the pipeline found, and whether `request` was sent
-      #   down it already (by whoever gave a connection back)
-      def wait_for_slot(request, long_for)
         waiter = nil
+        deadline = nil
         served = false
         loop do
-          if waiter&.placed
-            served = true
-            raise waiter.error if waiter.error
-            return waiter.placed, true
-          end
-          # Not before it waited: the look in #place found nothing, under the lock held since.
+          # Not before it waited: the look above found nothing, under the lock held since.
           if waiter && (waiter.woken || @slot_queue.first.equal?(waiter))
             pipeline = free_pipeline(waiter, long_for)
-            return pipeline, false if (served = !pipeline.nil?)
+            return pipeline if (served = !pipeline.nil?)
           end
 
-          deadline = waiter ? waiter.deadline : checkout_deadline
+          deadline ||= checkout_deadline
           if deadline&.expired?
             pipeline = past_acquire_timeout(deadline)
             served = true
-            return pipeline, false
+            return pipeline
           end
           unless waiter
-            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false, Timers.now, long_for, request, Task.current,
-                                    deadline, nil, nil, Fiber.current)
+            waiter = SlotWaiter.new(Thread::ConditionVariable.new, false, Timers.now, long_for)
             @slot_queue << waiter
             Trace.event(:slot_wait) if Trace::ON
           end
@@ -580,26 +550,11 @@ module Weft
       ensure
         if waiter
           @slot_queue.delete(waiter)
-          # A statement sent for a caller that left before it knew (cancelled, its deadline
-          # passed as it woke) is abandoned, as one whose caller leaves while it waits for the
-          # answer: its result is thrown away, and it is cancelled on the server if it runs.
-          waiter.placed.abandon(request) if waiter.placed && !served
           # A waiter that leaves without taking a slot (timed out, cancelled, its deadline
           # passed) hands on the wake-up it may have had; one served does so once it has taken
-          # its place (#submit, #hand_to_slot_waiter).
+          # its place (#pipelined).
           pass_slot_on unless served
         end
-      end
-
-      # Sends the statement down the pipeline found for it, then wakes the next waiter if
-      # room remains.
-      # @return [Pipeline]
-      def submit(pipeline, request)
-        pipeline.submit(request)
-        Trace.event(:submit, pipeline.connection, "#{request.object_id}#{'/slow' if request.slow}") if Trace::ON
-        pipeline
-      ensure
-        pass_slot_on # now that this statement took its place
       end
 
       # A free connection (it becomes shared), a new one while below the limit, else the least
@@ -706,7 +661,13 @@ module Weft
           request.slow = true
           request.alone = true
         end
-        pipeline = place(request)
+        pipeline = shared_pipeline(request.slow ? @slow_statements.seconds(sql) : nil)
+        begin
+          pipeline.submit(request)
+        ensure
+          pass_slot_on # now that this statement took its place
+        end
+        Trace.event(:submit, pipeline.connection, "#{request.object_id}#{'/slow' if request.slow}") if Trace::ON
         @queries += 1
         @pipelined_queries += 1
         depth = pipeline.depth
@@ -1126,59 +1087,10 @@ module Weft
         elsif (ticket = first_unserved_pin) && !slot_line_first?(ticket)
           ticket.connection = connection
           ticket.condition.signal
-        elsif !hand_to_slot_waiter(connection)
+        else
           @idle << connection
           wake_slot_waiter(behind: true)
         end
-      end
-
-      # Sends the statement of the first caller waiting for a slot (not one being cancelled or
-      # past its deadline, which leaves the line by itself) down a connection just given back,
-      # there and then, and wakes the caller to wait for its answer. Woken to take the
-      # connection itself, the caller would run a reactor turn later, and its statement would
-      # leave at the end of that turn: on a busy reactor 1.7-1.9 ms after the answer that freed
-      # the connection in the Rails benchmark, a connection idle meanwhile (bench/results/
-      # rails-trace.md). The statement leaves at once, in a segment of its own, as the caller
-      # would have sent it: the connection is empty, out of any transaction (a pinned one
-      # comes back only when idle, a shared one only when drained).
-      #
-      # The first in line, even if a wake-up is on its way to it (for room elsewhere, which the
-      # next in line is woken for instead): served before it runs, it cannot be overtaken by
-      # the caller behind it. Only the first is served so: the next are woken one after
-      # another, as before (see #pass_slot_on), each sending its statement where the pool's
-      # routing finds room then (placing the whole line onto the connection that came free
-      # stalled the benchmark behind pg_sleeps the pool did not yet know as slow:
-      # rails-trace.md).
-      # @return [Boolean] whether a caller's statement was sent down the connection
-      def hand_to_slot_waiter(connection)
-        waiter = @slot_queue.find(&:takes_hand_over?) or return false
-        pipeline = share(connection)
-        request = waiter.request
-        if Trace::ON # before the write it causes
-          Trace.event(:submit, connection, "#{request.object_id}#{'/slow' if request.slow}", fiber: waiter.fiber)
-        end
-        begin
-          pipeline.submit(request, now: true)
-        rescue StandardError => e
-          # libpq refused the caller's statement: the error is the caller's (a lost connection
-          # failed the statements in flight, the caller's among them, and left the pool).
-          waiter.error = e
-          unshare(connection)
-        end
-        @slot_queue.delete(waiter)
-        waiter.placed = pipeline
-        @handed_over += 1
-        waiter.condition.signal
-        pass_slot_on # as the caller would once its statement took its place
-        true
-      end
-
-      # A connection shared for a statement libpq refused, with nothing in flight, goes back to
-      # the free ones (unless it was lost meanwhile).
-      def unshare(connection)
-        return unless connection.pipeline.depth.zero? && @shared.delete(connection)
-        @idle << connection
-        wake_slot_waiter(behind: true)
       end
 
       def first_unserved_pin

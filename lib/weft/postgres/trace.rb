@@ -24,15 +24,13 @@ module Weft
 
       @events = []
 
-      # Records an event of the calling fiber (or of `fiber`, for what one fiber does for
-      # another: a statement sent for a waiting caller).
+      # Records an event of the calling fiber.
       # @param name [Symbol]
       # @param connection [Object, nil] the connection (or pipeline) concerned, by identity
       # @param detail [Object, nil] one word or number
-      # @param fiber [Fiber] whose event it is
       # @return [void]
-      def self.event(name, connection = nil, detail = nil, fiber: Fiber.current)
-        @events << [Timers.now, fiber.object_id, name, connection&.object_id, detail]
+      def self.event(name, connection = nil, detail = nil)
+        @events << [Timers.now, Fiber.current.object_id, name, connection&.object_id, detail]
         nil
       end
 
