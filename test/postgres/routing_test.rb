@@ -105,30 +105,6 @@ class PostgresRoutingTest < Minitest::Test
     assert_equal 0, db.statistics[:waiting]
   end
 
-  # A statement known to run long does not overtake callers waiting in line for a slot: the
-  # connection it would take is one they could use, and it would hold it for its whole run
-  # while they wait on. Here a fiber's second slow statement comes just as its first one ends
-  # and the connection goes back to the line, free: the short statements waiting there go
-  # first, and the slow one after them.
-  def test_a_known_slow_statement_does_not_overtake_callers_waiting_in_line
-    db = pool(limit: 1)
-    sql = "select pg_sleep(0.2), 'no-overtaking'"
-    reactor do
-      db.query(sql) # seen alone on an idle pool: remembered as slow
-      done = []
-      slow = Weft.spawn do
-        db.query(sql) # the connection, alone
-        done << :slow
-        db.query(sql) # comes as the connection goes back to the line
-        done << :slow
-      end
-      shorts = Array.new(5) { |i| Weft.spawn { db.query("select $1::int", i); done << :short } } # in line
-      Weft.gather([slow, *shorts])
-      assert_equal [:slow, *[:short] * 5, :slow], done, "the slow statement went ahead of the line"
-    end
-    assert_equal 0, db.statistics[:waiting]
-  end
-
   # A known-slow statement does not queue behind one due to run on for much longer than it
   # takes itself: in line, it gets the connection as soon as the long one ends, the same as
   # behind it, without committing the connection to it while something shorter may come.

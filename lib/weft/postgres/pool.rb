@@ -513,32 +513,21 @@ module Weft
       # line: waiters are served first come, first served, as only the first in line looks
       # when woken. A caller that arrives takes a slot that is free then without queueing:
       # waiters are woken one reactor turn after another, and making every newcomer queue
-      # behind them held the pool to one statement per turn while a line lasted. Not a
-      # statement known to run long, though: while callers wait, it joins the line. The slot
-      # it would take is one they could use, and it keeps the connection from them for its
-      # whole run (nothing follows it down its connection), where a turn in line costs it
-      # little beside its own time. In bench/postgres/http_bench.rb at N=5, c=1000 (a
-      # pg_sleep(0.2) in every fifth request, some 800 short statements waiting in line), 46%
-      # of the sleeps took a connection without queueing, mostly one the line's short
-      # statements had just been sent down, and the rest of the line waited another sleep:
-      # the short statements fell behind (3.83 finished per sleep in a 5 s run, 4 arrived).
-      # Past acquire_timeout a waiter queues behind a slow statement if a connection carrying
-      # one has room (#past_acquire_timeout).
+      # behind them held the pool to one statement per turn while a line lasted. Past
+      # acquire_timeout a waiter queues behind a slow statement if a connection carrying one
+      # has room (#past_acquire_timeout).
       # @param long_for [Float, nil] seconds the statement is known to run, nil unless known to
       #   run long (#behind_slow)
       def shared_pipeline(long_for)
         # Most callers find room at once: no line to join, no wake-up to hand on.
-        if long_for.nil? || @slot_queue.empty?
-          pipeline = free_pipeline(nil, long_for)
-          return pipeline if pipeline
-        end
+        pipeline = free_pipeline(nil, long_for)
+        return pipeline if pipeline
 
         waiter = nil
         deadline = nil
         served = false
         loop do
-          # Not before it waited: the look above found nothing (or was not made, for a slow
-          # statement behind a line), under the lock held since.
+          # Not before it waited: the look above found nothing, under the lock held since.
           if waiter && (waiter.woken || @slot_queue.first.equal?(waiter))
             pipeline = free_pipeline(waiter, long_for)
             return pipeline if (served = !pipeline.nil?)
