@@ -421,6 +421,54 @@ class SchedulerTest < Minitest::Test
     [reader, writer, silent, silent_peer, busy_reader, busy_writer].each { |io| io&.close }
   end
 
+  # Two tasks handing a token back and forth through Queues keep a fiber ready on every turn:
+  # the loop looks for I/O once per POLL_GAP then, not on every turn (it did: two epoll_waits
+  # per round trip), and still that often, so a socket read and a sleep in other tasks end
+  # on time while the hand-offs go on.
+  def test_fibers_that_keep_each_other_ready_do_not_poll_every_turn_and_io_still_comes_through
+    reader, writer = UNIXSocket.pair
+    trips = polls = read_late = overslept = nil
+    Weft.run do
+      ping = Thread::Queue.new
+      pong = Thread::Queue.new
+      player = Weft.spawn { while (token = ping.pop); pong << token; end }
+      written_at = nil
+      reading = Weft.spawn do
+        reader.wait_readable
+        read_late = Weft::Timers.now - written_at
+      end
+      sleeping = Weft.spawn do
+        started = Weft::Timers.now
+        sleep 0.02
+        overslept = Weft::Timers.now - started - 0.02
+      end
+      peer = Thread.new do
+        sleep 0.02
+        written_at = Weft::Timers.now
+        writer.write("x")
+      end
+      sleep 0 # the tasks start and park
+      polls = Weft.scheduler.statistics[:polls]
+      trips = 0
+      until reading.done? && sleeping.done?
+        ping << trips
+        pong.pop
+        trips += 1
+      end
+      polls = Weft.scheduler.statistics[:polls] - polls
+      ping << nil
+      player.wait
+      peer.join
+    end
+    assert_operator trips, :>, 100, "too few hand-offs meanwhile: nothing was tested"
+    assert_operator polls, :<, trips / 2, "the loop polled on most turns (#{polls} polls, #{trips} round trips)"
+    assert_operator read_late, :<, 0.02, "the socket's data waited for the hand-offs"
+    assert_operator overslept, :<, 0.02, "the sleep waited for the hand-offs"
+  ensure
+    reader&.close
+    writer&.close
+  end
+
   def test_a_blocking_call_in_the_loop_fiber_is_refused
     scheduler = Weft::Scheduler.new
     error = assert_raises(Weft::Error) { scheduler.suspend(0.01) }

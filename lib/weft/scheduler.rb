@@ -44,6 +44,17 @@ module Weft
     # looked a few microseconds early.
     WATCH_SLACK = 0.001
 
+    # While fibers are ready to run, the loop looks for I/O (and fires due timers) once this many
+    # seconds after its last look, not on every turn. Fibers that wake each other (a hand-off
+    # through a Queue, a Mutex, a ConditionVariable: Ruby's blockers, which do not go through
+    # the selector) otherwise paid a non-blocking epoll_wait per turn, most of what a switch
+    # cost: bench/core's ping-pong (a Thread::Queue hand-off per switch) ran 200,000 switches in
+    # 0.29-0.31 s with a poll per turn and 0.19 s with 50 us between looks (Ruby 3.3 + YJIT;
+    # 100 and 200 us did no better). A turn that I/O woke, or that waits, is not affected: such a
+    # turn polls anyway, and a turn of a loaded server takes longer than this. The price: I/O
+    # and timers wait up to 50 us longer while other fibers keep the reactor busy.
+    POLL_GAP = 0.00005
+
     # How late past its deadline a coarse timed wait (#io_wait_coarse) may end, at most (plus
     # the delay every timer has under load, see #run_once): the period of the sweep that ends
     # them. Never early.
@@ -288,6 +299,7 @@ module Weft
       @interrupted_pids = {} # see #process_wait
       @unobserved = {}.compare_by_identity
       @spawned = 0
+      @polls = 0
       @max_lag = 0.0
       @lag = 0.0
       @turn_started = nil
@@ -318,7 +330,8 @@ module Weft
     end
 
     # One turn of the loop: deliver cancellations, start spawned tasks, run woken fibers, wait
-    # for I/O or the next timer, fire due timers.
+    # for I/O or the next timer, fire due timers. A turn that has woken fibers to run and comes
+    # within POLL_GAP of the last look ends before the look: the next runs them.
     #
     # A timer fires only once the reactor has looked for I/O at or after its moment (within
     # WATCH_SLACK). A poll looks before it runs the fibers it wakes; when they keep the CPU
@@ -339,9 +352,14 @@ module Weft
 
       interval = @ready.empty? && @raises.empty? && @starting.empty? ? @timers.wait_interval : 0
       now = Timers.now
+      # Fibers woken this turn run first if the last look was a moment ago (see POLL_GAP); the
+      # look, the timers and the bookkeeping that goes with them wait for a later turn.
+      return if !@ready.empty? && @poll_started && now - @poll_started < POLL_GAP
+
       record_lag(now - @turn_started) if @turn_started
       @earlier_watched = @watched
       @poll_started = now
+      @polls += 1
       @selector.select(interval)
       now = @turn_started = Timers.now
       # The poll looked when it began if it did not block, and when its wait ended if it did. A
@@ -737,12 +755,14 @@ module Weft
 
     # Counters for statistics pages and tests. `timers` counts every armed timer, including
     # the timer of a fiber's last timed I/O wait until it lapses (see IOTimeout) and the coarse
-    # sweep's while it runs; `coarse_waiters` the fibers the sweep looks at (see CoarseSweep).
+    # sweep's while it runs; `coarse_waiters` the fibers the sweep looks at (see CoarseSweep);
+    # `polls` the loop's looks for I/O so far (see POLL_GAP).
     # @return [Hash]
     def statistics
       {
         tasks: @tasks.size,
         spawned: @spawned,
+        polls: @polls,
         timers: @timers.size,
         coarse_waiters: @coarse_sweep.size,
         ready: @ready.size,
