@@ -274,7 +274,8 @@ module PostgresBench
       page.chart("Requests/s, closed loop (ceiling #{ceiling.round}):", names.map { |name| [label.call(name), results[name][:closed][:rps]] },
                  format: "%.1f")
 
-      RailsOpenLoop.report(page, names, names.to_h { |name| [name, results[name][:open]] }, seconds, label)
+      # BENCH_RATES= (empty) runs the closed loop alone: no open-loop section.
+      RailsOpenLoop.report(page, names, names.to_h { |name| [name, results[name][:open]] }, seconds, label) if RailsOpenLoop::RATES.any?
       page
     end
   end
