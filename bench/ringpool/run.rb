@@ -149,11 +149,11 @@ module RingpoolBench
         @port = @shard_port
         @shards.times do |index|
           port = @shard_port + index
-          spawn(environment(port).merge("RINGPOOL_SHARDS" => "0"), command(PROCESS_PER_SHARD.fetch(@name), port))
+          launch(environment(port).merge("RINGPOOL_SHARDS" => "0"), command(PROCESS_PER_SHARD.fetch(@name), port))
         end
       else
         @port = Bench.free_port
-        spawn(environment(@port), command(COMMANDS.fetch(@name), @port))
+        launch(environment(@port), command(COMMANDS.fetch(@name), @port))
       end
       @pid = @pids.first
       await
@@ -187,12 +187,12 @@ module RingpoolBench
       return unless @pid
 
       Process.kill(:TERM, -@pid)
-      Timeout.timeout(15) { @pids.each { |pid| Process.wait(pid) } }
-    rescue Errno::ESRCH, Errno::ECHILD
+      Timeout.timeout(15) { reap }
+    rescue Errno::ESRCH
       nil
     rescue Timeout::Error
       Process.kill(:KILL, -@pid)
-      @pids.each { |pid| Process.wait(pid) rescue Errno::ECHILD } # rubocop:disable Style/RescueModifier
+      reap
     ensure
       @pid = nil
     end
@@ -223,12 +223,21 @@ module RingpoolBench
 
     private
 
+    # Waits for every process of the server (one already reaped is skipped).
+    def reap
+      @pids.each do |pid|
+        Process.wait(pid)
+      rescue Errno::ECHILD
+        nil
+      end
+    end
+
     def process_per_shard?
       @shard_port && PROCESS_PER_SHARD.key?(@name)
     end
 
     # The processes share the log (appending) and the first one's process group.
-    def spawn(environment, command)
+    def launch(environment, command)
       group = @pids.empty? ? true : @pids.first
       @pids << Process.spawn(environment, RbConfig.ruby, *command, chdir: ROOT, out: [@log, "a"], err: [:child, :out], pgroup: group)
     end
