@@ -89,9 +89,8 @@ module Weft
 
     # @return [Float, nil] seconds until the next deadline (0 if one is due), nil if no timers
     def wait_interval(now = Timers.now)
-      timer = @heap.first
-      return nil unless timer
-      interval = timer.deadline - now
+      deadline = next_deadline or return nil
+      interval = deadline - now
       interval.negative? ? 0 : interval
     end
 

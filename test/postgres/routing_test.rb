@@ -19,6 +19,15 @@ class PostgresRoutingTest < Minitest::Test
     assert_equal count, db.statistics[:shared], "the statements were not pipelined"
   end
 
+  # The statement spawned last waits in line for the one connection (one statement in flight,
+  # one waiting, none queued behind a slow one); then every task is let finish.
+  def assert_waits_in_line(db, tasks, why)
+    sleep 0.05
+    stats = db.statistics
+    assert_equal [1, 1, 0], [stats[:in_flight], stats[:waiting], stats[:queued_behind_slow]], "#{why}: #{stats}"
+    Weft.gather(tasks)
+  end
+
   # Fibers looping a short statement keep both connections shared (pipelined); a statement
   # the pool has seen run long is sent in the middle of that. The short statements sent while
   # it runs go down the other connection: none waits anywhere near as long as it runs.
@@ -118,11 +127,7 @@ class PostgresRoutingTest < Minitest::Test
       tasks = Array.new(2) { Weft.spawn { db.query(long) } } # one alone, then one shared
       sleep 0.5 # the second long one runs, shared, for about 0.3 s more
       tasks << Weft.spawn { db.query(short) } # 0.3 s left ahead of it: over 1.25 x 0.1 s
-      sleep 0.05
-      stats = db.statistics
-      assert_equal [1, 1, 0], [stats[:in_flight], stats[:waiting], stats[:queued_behind_slow]],
-                   "it queued behind the longer one: #{stats}"
-      Weft.gather(tasks)
+      assert_waits_in_line(db, tasks, "it queued behind the longer one")
     end
     assert_equal 0, db.statistics[:waiting]
   end
@@ -138,11 +143,7 @@ class PostgresRoutingTest < Minitest::Test
       tasks << Weft.spawn { db.query(sql, 0.6) } # waits for it, then runs on it, shared
       sleep 0.3 # the 0.6 s one has run well over 0.1 s
       tasks << Weft.spawn { db.query(sql, 0.05) }
-      sleep 0.05
-      stats = db.statistics
-      assert_equal [1, 1, 0], [stats[:in_flight], stats[:waiting], stats[:queued_behind_slow]],
-                   "it queued behind the overdue one: #{stats}"
-      Weft.gather(tasks)
+      assert_waits_in_line(db, tasks, "it queued behind the overdue one")
     end
     assert_equal 0, db.statistics[:waiting]
   end
