@@ -53,23 +53,27 @@ class RingpoolClusterTest < Minitest::Test
       owners.none?(&:nil?) && owners.tally.values.sort == [2, 2, 2] && owners
     end
     assert_equal 3, owners.uniq.size
+    # Which worker accepts a connection is the kernel's choice: now and then it gives ten in a
+    # row to one (CI, 2026-12-06), so rounds go on past ten until two shards have taken some.
     entry_shards = []
-    10.times do |round|
-      items = pools.map { |pool| { "ring_pool" => pool["id"], "params" => { "round" => round } } }
+    rounds = 0
+    while rounds < 10 || (entry_shards.uniq.size < 2 && rounds < 100)
+      items = pools.map { |pool| { "ring_pool" => pool["id"], "params" => { "round" => rounds } } }
       answers = allocate(port, items)
       answers.each_with_index do |answer, i|
-        refute answer["overflow"], "round #{round}: #{answer.inspect}\n#{@cluster.log_tail}"
+        refute answer["overflow"], "round #{rounds}: #{answer.inspect}\n#{@cluster.log_tail}"
         assert_includes pools[i]["numbers"].map { |n| n["number"] }, answer["number"]
       end
       entry_shards << api(port, :get, "/health").last["shard"]
+      rounds += 1
     end
-    assert_equal 60, sql(@db, "select count(*) from allocations").first["count"].to_i
+    assert_equal 6 * rounds, sql(@db, "select count(*) from allocations").first["count"].to_i
     assert_operator entry_shards.uniq.size, :>=, 2, "the requests all went to one shard: #{entry_shards.tally}"
     # Keep-alive between shards: fewer connections opened than requests sent over them.
     peers = Array.new(3) { |index| @cluster.shard_health(index).fetch("peers").values }.flatten
     requests = peers.sum { |peer| peer["requests"] }
     opened = peers.sum { |peer| peer["connections_opened"] }
-    assert_operator requests, :>=, 20, "10 requests, each fanning out to two peers"
+    assert_operator requests, :>=, 20, "10 requests or more, each fanning out to two peers"
     assert_operator opened, :<, requests / 2, "peer connections are not kept alive: #{peers}"
   end
 
