@@ -4,12 +4,15 @@ require "rbconfig"
 require "fileutils"
 
 # Builds each C extension out of tree (tmp/ext/NAME/<ruby version>) and copies the shared
-# object next to its Ruby loader. A build directory per Ruby: make would otherwise relink one
-# Ruby's object files for another (a crash, not an error).
+# object into the running Ruby's folder beside its Ruby loader (lib/weft/http1/ruby-3.1.0/...,
+# Weft::NativeExtension::FOLDER), where that loader looks for it: one checkout keeps a build
+# per Ruby, and no Ruby loads another's (a crash, not an error). A build directory per Ruby
+# too: make would otherwise relink one Ruby's object files for another.
 # `rake -f rakelib/compile.rake` loads this file and then rake also autoloads
 # rakelib/*.rake: define the tasks once only.
 unless Rake::Task.task_defined?("weft_http1:build")
   root = File.expand_path("..", __dir__)
+  require File.join(root, "lib/weft/native_extension")
   dlext = RbConfig::CONFIG["DLEXT"]
   # extension => the directory under lib/ its loader requires it from
   extensions = {
@@ -21,7 +24,9 @@ unless Rake::Task.task_defined?("weft_http1:build")
   extensions.each do |name, lib_dir|
     namespace name do
       build_dir = File.join(root, "tmp/ext", name, "#{RUBY_ENGINE}-#{RUBY_VERSION}-#{RbConfig::CONFIG['arch']}")
-      target = File.join(root, lib_dir, "#{name}.#{dlext}")
+      target = File.join(root, lib_dir, Weft::NativeExtension::FOLDER, "#{name}.#{dlext}")
+      # Where builds went before there was a folder per Ruby: whichever Ruby built it last.
+      unversioned = File.join(root, lib_dir, "#{name}.#{dlext}")
 
       task :build do
         FileUtils.mkdir_p(build_dir)
@@ -32,14 +37,16 @@ unless Rake::Task.task_defined?("weft_http1:build")
         # Copied beside the target and renamed over it: a new file, not the old one rewritten,
         # so a server running from this checkout keeps the library it mapped instead of
         # crashing on code changed under it.
+        FileUtils.mkdir_p(File.dirname(target))
         FileUtils.cp(File.join(build_dir, "#{name}.#{dlext}"), "#{target}.tmp")
         File.rename("#{target}.tmp", target)
+        FileUtils.rm_f(unversioned) # or another Ruby, finding no build of its own, would load it
         puts "built #{target}"
       end
 
       task :clean do
         FileUtils.rm_rf(File.dirname(build_dir))
-        FileUtils.rm_f(target)
+        FileUtils.rm_f([target, unversioned])
       end
     end
   end

@@ -13,7 +13,7 @@
 #
 # LIB is the lib/ directory of the client to measure (default: this checkout's), so that one
 # command measures an older version: `git archive <commit> lib | tar -x -C /tmp/old` (and copy
-# lib/weft/http1/weft_http1.so beside it), then pass /tmp/old/lib.
+# lib/weft/http1/ruby-X.Y.0/ beside it), then pass /tmp/old/lib.
 require_relative "support"
 
 MIB = Integer(ARGV[0] || 256)

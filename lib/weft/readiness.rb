@@ -14,4 +14,5 @@
 # Readiness.available? is false where there is no epoll (not Linux); Readiness.new then
 # raises NotImplementedError, and callers need a fallback (the server's IdlePool has one).
 # io-event offers no such API: each of its waits resumes a fiber.
-require_relative "weft_readiness"
+require_relative "native_extension"
+Weft::NativeExtension.require(__dir__, "weft_readiness")

@@ -5,7 +5,8 @@ require "io/wait"
 require "openssl"
 require_relative "errors"
 require_relative "deadline"
-require_relative "weft_readiness" # core's C extension: #recv_append (ext/weft_readiness/stream_recv.c)
+require_relative "native_extension"
+Weft::NativeExtension.require(__dir__, "weft_readiness") # #recv_append (ext/weft_readiness/stream_recv.c)
 
 module Weft
   # A connected socket (TCP or unix, plain or TLS) with a read buffer: the one piece of I/O under

@@ -20,7 +20,8 @@ module Weft
   end
 end
 
-require_relative "weft_http1"
+require_relative "../native_extension"
+Weft::NativeExtension.require(__dir__, "weft_http1")
 
 module Weft
   module HTTP1

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "pg"
+require_relative "../native_extension"
 
 module Weft
   module Postgres
@@ -66,7 +67,7 @@ module Weft
       #   C functions it calls have kept their signatures through 1.x)
       def self.native?
         return false if ENV["WEFT_PG_READER"] == "ruby" || !PG::VERSION.start_with?("1.")
-        require_relative "weft_pg"
+        NativeExtension.require(__dir__, "weft_pg")
         path = pg_extension
         !path.nil? && NativeResultReader.bind(path, PG::PGRES_PIPELINE_SYNC, SUCCEEDED)
       rescue LoadError
