@@ -5,6 +5,10 @@ require_relative "support/process_helpers"
 require "json"
 require "net/http"
 require "tmpdir"
+require "stringio"
+require "logger"
+require "weft/server"
+require "weft/server/warmup"
 
 # The `warmup` setting (Weft::Server::Warmup): its requests run once, in the master, through the
 # server's request path and the preloaded app, before the first fork; the workers and their
@@ -96,5 +100,41 @@ class ServerWarmupTest < Minitest::Test
       200.times { assert_equal "200", http.post("/batch", body, "content-type" => "application/json").code }
       JSON.parse(http.get("/yjit").body)
     end
+  end
+end
+
+# Weft::Server::Warmup.run in this process: the requests reach the app through a server of its
+# own, a block past the time limit is cut short where it waits, and nothing is left behind.
+class ServerWarmupRunTest < Minitest::Test
+  def test_requests_reach_the_app_and_the_last_response_is_returned
+    seen = []
+    app = lambda do |env|
+      seen << [env["REQUEST_METHOD"], env["PATH_INFO"], env["rack.input"].read]
+      [201, { "content-type" => "text/plain", "x-n" => seen.size.to_s }, ["made"]]
+    end
+    answers = []
+    config = Weft::Server::Config.new(warmup: [->(warm) { answers << warm.post("/things", body: "x", rounds: 3) }])
+    result = Weft::Server::Warmup.run(app, config, log: Logger.new(log = StringIO.new))
+    assert_equal [["POST", "/things", "x"]] * 3, seen
+    assert_equal [201, "3", "made"], [answers.first.status, answers.first.headers["x-n"], answers.first.body]
+    assert_equal 3, result[:requests]
+    assert_equal 0, result[:failures]
+    assert_match(/warmup: 3 requests in \d+ ms/, log.string)
+    assert_nil Fiber.scheduler, "the warm-up's reactor is still installed"
+  end
+
+  def test_a_block_past_the_time_limit_is_cut_short_and_the_rest_do_not_run
+    app = lambda do |env|
+      sleep 5 if env["PATH_INFO"] == "/slow"
+      [200, {}, ["ok"]]
+    end
+    later = false
+    config = Weft::Server::Config.new(warmup: [->(warm) { warm.get("/slow", rounds: 1) }, ->(_warm) { later = true }])
+    started = Weft::Timers.now
+    result = Weft::Server::Warmup.run(app, config, log: Logger.new(log = StringIO.new), timeout: 0.3)
+    assert_operator Weft::Timers.now - started, :<, 2.5, "the request in the app was not cut off after the shutdown timeout"
+    assert_match(/warmup cut short: the warm-up took longer than 0.3 s/, log.string)
+    assert_equal 1, result[:failures]
+    refute later, "a block ran after the time limit"
   end
 end

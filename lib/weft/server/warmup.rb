@@ -2,6 +2,7 @@
 
 require "tmpdir"
 require "fileutils"
+require_relative "../server"
 
 module Weft
   class Server
@@ -48,6 +49,8 @@ module Weft
       CONNECTION_EVERY = 8
       # Seconds for all the warm-up blocks together.
       TIMEOUT = 30
+      # Seconds a request still in the app when the blocks are done (cut short) gets to finish.
+      SHUTDOWN_TIMEOUT = 1
       # Settings the warm-up server does not take from the cluster's: what runs beside the
       # request path (hooks), where and how it listens, what it writes out.
       LEFT_OUT = (Config::HOOKS + %i[binds access_log pidfile control_dir reuse_port app rackup workers preload]).freeze
@@ -61,19 +64,21 @@ module Weft
         # compiled, and how long that took) and every failure; never raises.
         # @param app [#call] the Rack app the workers will serve
         # @param config [Config]
+        # @param timeout [Numeric] seconds for all the blocks: past it, the one running is
+        #   interrupted where it waits (a block that never waits cannot be)
         # @return [Hash, nil] :requests sent, :failures, :seconds, :yjit (compiled iseqs and
         #   compile ms, when YJIT is on); nil when there was nothing to run
-        def run(app, config, log: Weft.logger)
+        def run(app, config, log: Weft.logger, timeout: TIMEOUT)
           blocks = config[:warmup]
           return if blocks.empty?
           before = yjit_counts
           started = Timers.now
           warm = nil
           failures = 0
-          limit = started + TIMEOUT
+          limit = started + timeout
           in_reactor(app, config) do |socket|
             warm = new(socket, log: log)
-            Weft.timeout(TIMEOUT, "the warm-up took longer than #{TIMEOUT} s") do
+            Weft.timeout(timeout, "the warm-up took longer than #{timeout} s") do
               blocks.each do |block|
                 block.call(warm)
               rescue StandardError, ScriptError => e
@@ -112,7 +117,8 @@ module Weft
           dir = Dir.mktmpdir("weft-warmup")
           socket = File.join(dir, "warmup.sock")
           options = config.options.reject { |key, _| LEFT_OUT.include?(key) }
-          server = Server.new(app, Config.new(options.merge(binds: ["unix://#{socket}"], quiet: true)))
+          server = Server.new(app, Config.new(options.merge(binds: ["unix://#{socket}"], quiet: true,
+                                                            shutdown_timeout: SHUTDOWN_TIMEOUT)))
           Weft.run do
             serving = Weft.spawn(name: "weft warmup server") { server.run }
             begin
