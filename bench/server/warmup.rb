@@ -3,15 +3,16 @@
 # What a fresh worker spends on its first requests with and without a warm-up in the master
 # (Weft::Server::Warmup), on Ruby 3.3 + YJIT:
 #
-#   /work/wt/r33.sh bundle exec ruby bench/server/warmup.rb [WORKERS] [REQUESTS]
+#   bundle exec ruby bench/server/warmup.rb [WORKERS] [REQUESTS]     (on Ruby 3.3, YJIT on)
 #
 # Runs `weft serve -C bench/server/warmup/weft.rb -w 1` (preloaded; a batch endpoint shaped like
 # ringpool's POST /allocations: 40 items parsed, answered, generated as JSON), cold and warm
-# alternately, twice each. In each run it kills the worker WORKERS times (default 5) and sends
-# each fresh worker REQUESTS batches (default 200), one at a time on a keep-alive connection,
-# then asks it (GET /__worker) for its CPU time and YJIT's compiled methods and compile time
-# since it booted. Prints a line per worker and the medians per mode. RUBY_YJIT_ENABLE=0 for
-# the interpreter's figures.
+# alternately, twice each; WARMUP_BENCH_MODES=cold,health,warm,... sets the runs and their order
+# (health: a warm-up of GET /health alone, about Weft's own request path). In each run it kills
+# the worker WORKERS times (default 5) and sends each fresh worker REQUESTS batches (default
+# 200), one at a time on a keep-alive connection, then asks it (GET /__worker) for its CPU time
+# and YJIT's compiled methods and compile time since it booted. Prints a line per worker and the
+# medians per mode. RUBY_YJIT_ENABLE=0 for the interpreter's figures.
 require "net/http"
 require "json"
 require "socket"
@@ -50,7 +51,7 @@ def measure_worker(port)
 end
 
 def run(mode, port)
-  env = { "WARMUP_BENCH_WARM" => mode == :warm ? "1" : "0" }
+  env = { "WARMUP_BENCH_WARM" => { cold: "0", warm: "1", health: "health" }.fetch(mode) }
   log = File.join(Dir.tmpdir, "warmup-bench-#{mode}.log")
   pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", "-C", File.join(__dir__, "warmup/weft.rb"),
                       "-w", "1", "-p", port.to_s, "-o", "127.0.0.1", out: log, err: log)
@@ -78,16 +79,17 @@ yjit = defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?
 puts "Ruby #{RUBY_VERSION}#{' + YJIT' if yjit}, #{WORKERS} fresh workers a run, #{REQUESTS} batches each; " \
      "load average #{File.read('/proc/loadavg').split.first(3).join(' ')}"
 results = Hash.new { |hash, key| hash[key] = [] }
-%i[cold warm cold warm].each do |mode|
+MODES = ENV.fetch("WARMUP_BENCH_MODES", "cold,warm,cold,warm").split(",").map(&:to_sym)
+MODES.each do |mode|
   workers = run(mode, free_port)
   workers.each do |w|
-    puts format("%-5s worker %6d: first request %6.1f ms, %d requests %7.1f ms, CPU %6.1f ms, compiled %s iseqs in %s ms",
+    puts format("%-6s worker %6d: first request %6.1f ms, %d requests %7.1f ms, CPU %6.1f ms, compiled %s iseqs in %s ms",
                 mode, w["pid"], w["first_ms"], REQUESTS, w["all_ms"], w["cpu_ms"], w["iseqs"].inspect, w["compile_ms"].inspect)
   end
   results[mode].concat(workers)
 end
 results.each do |mode, workers|
-  puts format("%-5s medians of %d workers: first request %.1f ms, %d requests %.1f ms, CPU %.1f ms, compiled %s iseqs in %s ms",
+  puts format("%-6s medians of %d workers: first request %.1f ms, %d requests %.1f ms, CPU %.1f ms, compiled %s iseqs in %s ms",
               mode, workers.size, median(workers.map { |w| w["first_ms"] }), REQUESTS, median(workers.map { |w| w["all_ms"] }),
               median(workers.map { |w| w["cpu_ms"] }), median(workers.map { |w| w["iseqs"] }).inspect,
               median(workers.map { |w| w["compile_ms"] }).inspect)
