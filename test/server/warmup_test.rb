@@ -7,6 +7,7 @@ require "net/http"
 require "tmpdir"
 require "stringio"
 require "logger"
+require "timeout"
 require "weft/server"
 require "weft/server/warmup"
 
@@ -121,6 +122,26 @@ class ServerWarmupRunTest < Minitest::Test
     assert_equal 0, result[:failures]
     assert_match(/warmup: 3 requests in \d+ ms/, log.string)
     assert_nil Fiber.scheduler, "the warm-up's reactor is still installed"
+  end
+
+  # An app that starts a background task on its first request (a flusher, a cache refresher)
+  # would otherwise keep the warm-up's reactor, and the master's boot, waiting for ever.
+  def test_tasks_the_app_left_running_are_cancelled_and_named
+    ended = Queue.new
+    app = lambda do |_env|
+      @flusher ||= Weft.spawn(detached: true, name: "app flusher") do
+        loop { sleep 0.05 }
+      ensure
+        ended << :flusher
+      end
+      [200, {}, ["ok"]]
+    end
+    config = Weft::Server::Config.new(warmup: [->(warm) { warm.get("/", rounds: 2) }])
+    log = StringIO.new
+    result = Timeout.timeout(10) { Weft::Server::Warmup.run(app, config, log: Logger.new(log)) }
+    assert_equal 0, result[:failures]
+    assert_equal :flusher, ended.pop(true), "the app's task did not run its ensure"
+    assert_match(/warmup: cancelled 1 task the app left running \(app flusher\)/, log.string)
   end
 
   def test_a_block_past_the_time_limit_is_cut_short_and_the_rest_do_not_run

@@ -76,7 +76,7 @@ module Weft
           warm = nil
           failures = 0
           limit = started + timeout
-          in_reactor(app, config) do |socket|
+          in_reactor(app, config, log) do |socket|
             warm = new(socket, log: log)
             Weft.timeout(timeout, "the warm-up took longer than #{timeout} s") do
               blocks.each do |block|
@@ -113,7 +113,7 @@ module Weft
 
         # Serves `app` on a private unix socket in a reactor of its own while the block runs
         # (given the socket's path), then stops the server and removes the socket.
-        def in_reactor(app, config)
+        def in_reactor(app, config, log)
           dir = Dir.mktmpdir("weft-warmup")
           socket = File.join(dir, "warmup.sock")
           options = config.options.reject { |key, _| LEFT_OUT.include?(key) }
@@ -126,10 +126,32 @@ module Weft
             ensure
               server.stop
               serving.wait
+              cancel_leftovers(log)
             end
           end
         ensure
           FileUtils.rm_rf(dir) if dir
+        end
+
+        # Tasks the app started during the warm-up and left running (a background loop its first
+        # request began, say) would keep this reactor, and the master's boot, waiting for ever:
+        # they are cancelled, given SHUTDOWN_TIMEOUT to run their ensure blocks, and named in the
+        # log. The workers start their own.
+        def cancel_leftovers(log)
+          leftovers = Weft.scheduler.live_tasks.reject { |task| task.equal?(Task.current) }
+          return if leftovers.empty?
+          names = leftovers.map { |task| task.name || "unnamed" }.tally.map { |name, n| n > 1 ? "#{name} x#{n}" : name }
+          log.warn("warmup: cancelled #{leftovers.size} task#{'s' unless leftovers.size == 1} the app left running (#{names.join(', ')})")
+          leftovers.each(&:cancel)
+          Weft.timeout(SHUTDOWN_TIMEOUT) do
+            leftovers.each do |task|
+              task.wait
+            rescue StandardError
+              nil # a task that failed as it was cancelled has ended all the same
+            end
+          end
+        rescue Weft::TimeoutError
+          nil # they had their chance; Weft.run cancels what is left as it unwinds
         end
 
         def report(warm, failures, seconds, before, log)
