@@ -144,6 +144,19 @@ class ServerWarmupRunTest < Minitest::Test
     assert_match(/warmup: cancelled 1 task the app left running \(app flusher\)/, log.string)
   end
 
+  def test_inside_a_running_reactor_the_warmup_leaves_its_tasks_alone
+    app = ->(_env) { [200, {}, ["ok"]] }
+    config = Weft::Server::Config.new(warmup: [->(warm) { warm.get("/", rounds: 2) }])
+    Weft.run do
+      neighbour = Weft.spawn(name: "neighbour") { sleep 0.5 }
+      result = Weft::Server::Warmup.run(app, config, log: Logger.new(log = StringIO.new))
+      assert_equal 2, result[:requests]
+      refute neighbour.done?, "the warm-up cancelled a task that was not its own"
+      refute_match(/cancelled/, log.string)
+      neighbour.wait
+    end
+  end
+
   def test_a_block_past_the_time_limit_is_cut_short_and_the_rest_do_not_run
     app = lambda do |env|
       sleep 5 if env["PATH_INFO"] == "/slow"

@@ -120,13 +120,16 @@ module Weft
           server = Server.new(app, Config.new(options.merge(binds: ["unix://#{socket}"], quiet: true,
                                                             shutdown_timeout: SHUTDOWN_TIMEOUT)))
           Weft.run do
+            # Weft.run joins a reactor already running here (a cluster started inside one):
+            # its tasks are not the warm-up's to cancel.
+            before = Weft.scheduler.live_tasks
             serving = Weft.spawn(name: "weft warmup server") { server.run }
             begin
               yield socket
             ensure
               server.stop
               serving.wait
-              cancel_leftovers(log)
+              cancel_leftovers(Weft.scheduler.live_tasks - before - [Task.current], log)
             end
           end
         ensure
@@ -137,8 +140,7 @@ module Weft
         # request began, say) would keep this reactor, and the master's boot, waiting for ever:
         # they are cancelled, given SHUTDOWN_TIMEOUT to run their ensure blocks, and named in the
         # log. The workers start their own.
-        def cancel_leftovers(log)
-          leftovers = Weft.scheduler.live_tasks.reject { |task| task.equal?(Task.current) }
+        def cancel_leftovers(leftovers, log)
           return if leftovers.empty?
           names = leftovers.map { |task| task.name || "unnamed" }.tally.map { |name, n| n > 1 ? "#{name} x#{n}" : name }
           log.warn("warmup: cancelled #{leftovers.size} task#{'s' unless leftovers.size == 1} the app left running (#{names.join(', ')})")
