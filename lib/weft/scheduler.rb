@@ -447,6 +447,13 @@ module Weft
       @unobserved.delete(report)
     end
 
+    # @api private: the tasks alive in this reactor now (Weft::Server::Warmup cancels those an
+    # app left running, which would keep its reactor from ending)
+    # @return [Array<Task>]
+    def live_tasks
+      @tasks.keys
+    end
+
     # Cancels every live task and gives them up to `grace` seconds of turns to run their ensure
     # blocks; used when the reactor is torn down by a signal or exit.
     def cancel_all(grace: 5)

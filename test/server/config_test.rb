@@ -47,6 +47,7 @@ class ServerConfigTest < Minitest::Test
     before_worker_shutdown: "before_worker_shutdown",
     on_restart: "on_restart",
     worker_task: "worker_task",
+    warmup: "warmup",
     drain_grace: "drain_grace -1",
     worker_timeout: "worker_timeout 0",
     worker_heap_free: "worker_heap_free 0.9",

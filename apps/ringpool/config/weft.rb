@@ -4,6 +4,7 @@
 #
 #   RINGPOOL_BIND      public listener (default tcp://127.0.0.1:9393)
 #   RINGPOOL_SHARDS    workers, i.e. shards (default: one per CPU)
+#   RINGPOOL_WARMUP    0: no warm-up in the master; "database": read-only statements as well
 #   and the settings of Ringpool::Settings (DATABASE_URL, RINGPOOL_SOCKET_DIR...).
 require_relative "../lib/ringpool"
 
@@ -13,6 +14,16 @@ workers Integer(ENV.fetch("RINGPOOL_SHARDS", Etc.nprocessors.to_s))
 # Requests wait on PostgreSQL and on other shards, never long: short keep-alive idle times suit
 # a load balancer in front.
 idle_timeout 30
+
+# The shard (config.ru) is built in the master, which warms the request path before it forks
+# (Shard#warm_up: a few hundred requests through Weft's server and the API, neither PostgreSQL
+# nor a peer involved), so that on Ruby 3.3 + YJIT every shard, a
+# replacement of a killed one included, starts with that code compiled instead of compiling it
+# while it serves (bench/results/ringpool-notes.md, "YJIT in replacement workers").
+preload true
+unless ENV["RINGPOOL_WARMUP"] == "0"
+  warmup { |warm| Ringpool.shard.warm_up(warm, database: ENV["RINGPOOL_WARMUP"] == "database") }
+end
 
 # Each worker is a shard: its identity (and the unix socket other shards reach it at) comes from
 # its index, inside the worker's own reactor.

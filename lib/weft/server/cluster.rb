@@ -4,6 +4,7 @@ require "tmpdir"
 require "fileutils"
 require "rbconfig"
 require_relative "fork_heap"
+require_relative "warmup"
 
 module Weft
   class Server
@@ -64,6 +65,7 @@ module Weft
         FileUtils.mkdir_p(@board_dir)
         write_pidfile
         @app = @loader.call if @config[:preload]
+        warm_up
         trap_signals
         Process.setproctitle("weft master#{" (#{@config[:tag]})" if @config[:tag]}")
         @log.info("weft master #{Process.pid}: #{@count} workers, listening on #{@listeners.map(&:bound_url).join(', ')}")
@@ -147,6 +149,15 @@ module Weft
         worker = Worker.new(index, pid, generation, false, reader, Timers.now, false, nil, false)
         @workers << worker
         worker
+      end
+
+      # Runs the `warmup` blocks once, before the first fork, so that the workers inherit the
+      # request path compiled (Warmup). They need the app here: without preload each worker loads
+      # it itself, from code the master never ran, and the warm-up is skipped with a warning.
+      def warm_up
+        return if @config[:warmup].empty?
+        return Warmup.run(@app, @config, log: @log) if @app
+        @log.warn("warmup skipped: it needs preload (the app loaded in the master, where the warm-up runs)")
       end
 
       # Settles the heap before a fork (ForkHeap), unless no GC ran in the master since the last

@@ -15,6 +15,7 @@ module Weft
     #   idle_timeout 30
     #   before_fork { DB.disconnect }
     #   after_worker_boot { |index| DB.connect }
+    #   warmup { |warm| warm.get("/health") }
     class Config
       # A setting the server cannot use, or a config file that cannot be loaded. The message is
       # one line naming the setting (and the file and line, for a config file).
@@ -64,10 +65,11 @@ module Weft
         after_worker_boot: [],     # called in the worker with its index, before serving
         before_worker_shutdown: [],
         on_restart: [],
-        worker_task: []            # run as a task in each serving process's reactor, given the Server
+        worker_task: [],           # run as a task in each serving process's reactor, given the Server
+        warmup: []                 # cluster with preload: run in the master before forking, given a Warmup
       }.freeze
 
-      HOOKS = %i[before_fork after_worker_boot before_worker_shutdown on_restart worker_task].freeze
+      HOOKS = %i[before_fork after_worker_boot before_worker_shutdown on_restart worker_task warmup].freeze
 
       attr_reader :options
 

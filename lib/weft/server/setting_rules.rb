@@ -140,7 +140,8 @@ module Weft
         after_worker_boot: callables,
         before_worker_shutdown: callables,
         on_restart: callables,
-        worker_task: callables
+        worker_task: callables,
+        warmup: callables
       }.freeze
     end
   end

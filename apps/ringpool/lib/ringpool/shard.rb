@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "fileutils"
+require "json"
 
 module Ringpool
   # One shard: a process (a Weft worker) that owns some pools, answers for any pool, and talks
@@ -65,6 +66,37 @@ module Ringpool
       peer&.stop
       @ownership&.close
       @fan_out.close
+    end
+
+    # A batch for #warm_up: 40 items of pools that cannot exist (ids start at 1), each answered
+    # as invalid without asking PostgreSQL or a peer.
+    WARM_UP_BATCH = JSON.generate({ "allocations" => Array.new(40) { |i| { "ring_pool" => -i, "params" => { "campaign" => "warm-up", "i" => i } } } })
+    # Read-only statements a warm-up sends through a PostgreSQL pool of its own, at most this long.
+    WARM_UP_DATABASE_SECONDS = 3
+
+    # Runs the request path in the process that forks the shards, before it forks (Weft's
+    # `warmup` hook, config/weft.rb), so that every shard, a replacement included, inherits it
+    # compiled by YJIT instead of compiling it in its first seconds of serving (Ruby 3.3's YJIT
+    # compiled 55-108 ms of code in each replacement's first second: bench/results/
+    # ringpool-notes.md). Only what needs neither a peer nor this shard's identity: GET /health
+    # and a batch whose items are all invalid go through Weft's server and the public API; then,
+    # with `database`, a few read-only statements through a PostgreSQL pool of the warm-up's own
+    # (Weft::Postgres::Pool's pipeline), closed before the fork, bounded by
+    # WARM_UP_DATABASE_SECONDS (PostgreSQL down at boot: the warm-up fails, Weft logs it, the
+    # shards start). Off by default: a shard then compiled ~27 methods and blocks fewer in its
+    # first 2 s (86-88 against 114-115), its CPU no different within the noise, for a master that
+    # needs PostgreSQL at boot to be warm. What the requests counted in the metrics is forgotten.
+    # @param warm [Weft::Server::Warmup]
+    # @return [void]
+    # @raise [RuntimeError] when an answer is not the expected one
+    def warm_up(warm, database: false)
+      health = warm.get("/health")
+      raise "warm-up: GET /health answered #{health.status}" unless health.status == 200
+      batch = warm.post("/allocations", body: WARM_UP_BATCH, headers: API::JSON_HEADERS)
+      raise "warm-up: POST /allocations answered #{batch.status}" unless batch.status == 200
+      warm_up_database if database
+    ensure
+      @metrics = Metrics.new
     end
 
     # Allocates a public request's items: this shard's pools here, the others' through FanOut,
@@ -191,6 +223,16 @@ module Ringpool
       failure = "#{e.class}: #{e.message.lines.first.to_s.strip}"
       Weft.logger.warn("ringpool #{@url}: maintenance failed, holding no pools until it works: #{failure}") unless failure == @failure
       @failure = failure
+    end
+
+    # Four tasks, 60 statements each, over two connections: pipelined as a shard's are.
+    def warm_up_database
+      db = Weft::Postgres::Pool.new(@settings.database_url, limit: 2, application_name: "ringpool warm-up")
+      Weft.deadline(WARM_UP_DATABASE_SECONDS) do
+        Weft.gather(Array.new(4) { Weft.spawn { 60.times { |i| db.query("select $1::bigint as id, now() as at", i).to_a } } })
+      end
+    ensure
+      db&.close
     end
 
     # Pools created on other shards since the last refresh, and their owners, are looked up at
