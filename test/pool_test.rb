@@ -182,6 +182,12 @@ class PoolTest < Minitest::Test
     assert_operator stats[:created], :<=, 8, "bursts opened resources that waiting would have spared"
     assert_in_delta 0.001, stats[:hold_time], 0.004
     assert_in_delta 0.02, stats[:create_time], 0.03
+
+    # Without max_creating the rule is off: a checkout below the limit never waits (the first
+    # burst creates one resource per checkout, as before).
+    eager = Weft::Pool.new(limit: 100) { Object.new }
+    Weft.run { 3.times { Weft.map(1..40) { eager.with { sleep 0.001 } } } }
+    assert_equal 40, eager.statistics[:created]
   end
 
   # A pool whose holders keep their resources longer than a creation takes grows at once: a
@@ -201,7 +207,7 @@ class PoolTest < Minitest::Test
   # Figures that say "wait" go stale when holders start keeping their resources: one waiter
   # watches, and when nothing comes back for a creation's time the pool creates.
   def test_a_waiter_creates_when_nothing_comes_back_for_a_creations_time
-    pool = Weft::Pool.new(limit: 10) do
+    pool = Weft::Pool.new(limit: 10, max_creating: 2) do
       sleep 0.02
       Object.new
     end
@@ -218,7 +224,7 @@ class PoolTest < Minitest::Test
   # A checkout the figures keep waiting does not time out while the pool may grow: its
   # acquire_timeout up, it creates.
   def test_acquire_timeout_below_the_limit_creates_instead_of_raising
-    pool = Weft::Pool.new(limit: 10, acquire_timeout: 0.05) do
+    pool = Weft::Pool.new(limit: 10, max_creating: 2, acquire_timeout: 0.05) do
       sleep 0.3 # creations take far longer than the quick holds below
       Object.new
     end

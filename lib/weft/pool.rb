@@ -18,19 +18,20 @@ module Weft
   # * Resources are created lazily, outside the pool's lock (so a slow connect does not hold
   #   up other callers), and reused most-recently-used first, so surplus ones go idle and
   #   expire after `idle_timeout`.
-  # * Growth rule: a checkout that finds no idle resource (and may create one: below `limit`
-  #   and `max_creating`) creates one only when waiting for a busy one to come back is
-  #   expected to take longer. The pool keeps a running median of how long a resource is
-  #   held (checkout to checkin) and a running average of how long a creation takes; with B
-  #   resources busy and W checkouts already waiting, the checkout creates when
-  #   (W + 1) x hold / B > create, the time for the queue to be served by returns against
-  #   the time to make one more. It creates without asking when nothing is busy, before the
-  #   first checkin and the first creation (no figures yet), and while nothing has come back
+  # * Growth rule (with `max_creating`): once the pool holds `max_creating` resources, a
+  #   checkout that finds none idle creates one only when waiting for a busy one to come back
+  #   is expected to take longer. The pool keeps a running median of how long a resource is
+  #   held (checkout to checkin) and a running average of how long a creation takes. With B
+  #   resources busy and W checkouts already waiting, the k-th in line waits about k holds
+  #   spread over the B, so the line's average wait is (W + 2) / 2 x hold / B; the checkout
+  #   creates when that exceeds a creation. It creates without asking when nothing is busy,
+  #   before the first checkin and creation (no figures yet), and while nothing has come back
   #   since a creation ended or since a waiter began to wait a creation's time (the figures
   #   are stale: holders now keep theirs longer). So a pool whose resources come back in
-  #   microseconds does not open more for every burst, and one whose holders keep them
-  #   longer than a creation takes grows at once. A checkout never times out while the pool
-  #   may grow: when its `acquire_timeout` is up, it creates.
+  #   microseconds does not open more for every burst, and one whose holders keep them longer
+  #   than a creation takes grows at once. A checkout never times out while the pool may
+  #   grow: when its `acquire_timeout` is up, it creates. Without `max_creating` (nil: the
+  #   limit) a checkout below the limit creates at once, as a plain pool does.
   # * A resource is retired after `max_uses` checkouts or `max_age` seconds, when a holder
   #   reports it broken (#discard, or an exception escaping #with), or when the optional
   #   `check` callback rejects it at checkout.
@@ -89,7 +90,8 @@ module Weft
     # @param close [#call, nil] called with each resource the pool retires
     # @param max_creating [Integer, nil] resources being created at once, at most (nil: up to
     #   `limit`); a checkout beyond it waits for a resource to come back or a creation to end.
-    #   Either way a checkout creates only when the growth rule (above) says waiting is slower.
+    #   Given, it also turns the growth rule on (above): past `max_creating` resources, the
+    #   pool creates only when waiting for a return is expected to be slower
     # @yieldparam args what the caller passed to #checkout / #with
     # @yieldreturn a new resource, created when the pool needs one
     def initialize(limit:, acquire_timeout: nil, idle_timeout: nil, max_uses: nil, max_age: nil, check: nil,
@@ -352,15 +354,25 @@ module Weft
     end
 
     # Under the lock, when no resource is idle and one may be created: whether to create one
-    # rather than wait for one to come back. Yes when nothing is busy (nothing would come
-    # back), before the first checkin and the first creation (no figures yet), while nothing
-    # comes back (@growing), and when the waiters ahead and this checkout, a hold each spread
-    # over the busy resources, would wait longer than a creation takes. Integer and Float
-    # arithmetic only: nothing is allocated.
+    # rather than wait for one to come back. Yes below `max_creating` resources (so always
+    # without it: the rule is off), when nothing is busy (nothing would come back), before
+    # the first checkin and the first creation (no figures yet), while nothing comes back
+    # (@growing), and when the average wait of the line, this checkout included, is longer
+    # than a creation: the k-th of the W + 1 in line waits about k holds spread over the busy
+    # resources, (W + 2) / 2 x hold / busy on average.
+    #
+    # The average wait, not the last one's (W + 1 holds): when this process's CPU is what
+    # everyone waits for, holds and creations both stretch with that queue, the last waiter's
+    # wait and a creation come out nearly equal, and the rule grew the pool by chance (16
+    # more every round or two at limit 1,000; bench/results/http_client-ruby-3.3.md). A
+    # floor of `max_creating`: figures from quick holds would shrink the pool to a resource
+    # or two, which costs the waiters more than the figures see (a wait and a wake-up each:
+    # 2 connections 16,800 req/s vs 22,600 with 16, same page). Integer and Float arithmetic
+    # only: nothing is allocated.
     def grow?
       busy = @busy.size
-      return true if busy.zero? || @growing || @hold_time.nil? || @create_time.nil?
-      (@waiting + 1) * @hold_time > busy * @create_time
+      return true if @size < @max_creating || busy.zero? || @growing || @hold_time.nil? || @create_time.nil?
+      (@waiting + 2) * @hold_time > 2 * busy * @create_time
     end
 
     # Under the lock: moves the running median of holds (see HOLD_STEP) after a hold of `held`
