@@ -190,6 +190,25 @@ class PoolTest < Minitest::Test
     assert_equal 40, eager.statistics[:created]
   end
 
+  # Below max_creating resources the pool creates without consulting the figures: resources
+  # retired one by one (max_uses, discard) would otherwise leave it with one or two, which
+  # the figures of quick holds never see as too few.
+  def test_a_pool_shrunk_below_max_creating_refills_to_it
+    pool = Weft::Pool.new(limit: 20, max_creating: 4) do
+      sleep 0.02
+      Object.new
+    end
+    Weft.run do
+      5.times { Weft.map(1..8) { pool.with { sleep 0.001 } } }
+      held = pool.statistics[:size].times.map { pool.checkout } # every one: the idle ones
+      held.drop(1).each { |resource| pool.discard(resource) }
+      pool.checkin(held.first)
+      assert_equal 1, pool.statistics[:size]
+      Weft.map(1..8) { pool.with { sleep 0.001 } }
+    end
+    assert_equal 4, pool.statistics[:size]
+  end
+
   # A pool whose holders keep their resources longer than a creation takes grows at once: a
   # burst beyond the idle resources creates for every waiter, in waves of max_creating.
   def test_a_pool_whose_resources_are_held_long_still_grows_at_once
