@@ -363,8 +363,9 @@ module Weft
     #
     # The average wait, not the last one's (W + 1 holds): when this process's CPU is what
     # everyone waits for, holds and creations both stretch with that queue, the last waiter's
-    # wait and a creation come out nearly equal, and the rule grew the pool by chance (16
-    # more every round or two at limit 1,000; bench/results/http_client-ruby-3.3.md). A
+    # wait and a creation come out nearly equal, and the rule grew the pool by chance (7-8
+    # connections a round at limit 1,000, vs 12-15 with no rule: bench/results/
+    # http_client-ruby-3.3.md). A
     # floor of `max_creating`: figures from quick holds would shrink the pool to a resource
     # or two, which costs the waiters more than the figures see (a wait and a wake-up each:
     # 14,200-16,800 req/s with 2 connections vs 19,800-27,400 with 16 on 3.3, same page).
