@@ -362,14 +362,14 @@ module Weft
     # resources, (W + 2) / 2 x hold / busy on average.
     #
     # The average wait, not the last one's (W + 1 holds): when this process's CPU is what
-    # everyone waits for, holds and creations both stretch with that queue, the last waiter's
-    # wait and a creation come out nearly equal, and the rule grew the pool by chance (7-8
-    # connections a round at limit 1,000, vs 12-15 with no rule: bench/results/
-    # http_client-ruby-3.3.md). A
-    # floor of `max_creating`: figures from quick holds would shrink the pool to a resource
-    # or two, which costs the waiters more than the figures see (a wait and a wake-up each:
-    # 14,200-16,800 req/s with 2 connections vs 19,800-27,400 with 16 on 3.3, same page).
-    # Integer and Float arithmetic only: nothing is allocated.
+    # everyone waits for, holds and creations both stretch with that queue, the last
+    # waiter's wait and a creation come out nearly equal, and the rule grew the pool by
+    # chance (7-8 connections a round at limit 1,000, vs 12-15 with no rule; see
+    # bench/results/http_client-ruby-3.3.md). A floor of `max_creating`: figures from quick
+    # holds would shrink the pool to a resource or two, which costs the waiters more than the
+    # figures see (a wait and a wake-up each: 14,200-16,800 req/s with 2 connections vs
+    # 19,800-27,400 with 16 on 3.3, same page). Integer and Float arithmetic only: nothing is
+    # allocated.
     def grow?
       busy = @busy.size
       return true if @size < @max_creating || busy.zero? || @growing || @hold_time.nil? || @create_time.nil?
@@ -420,10 +420,11 @@ module Weft
         took = now - started
         @create_time = @create_time ? @create_time + (took - @create_time) * CREATE_WEIGHT : took
         # A creation slot is free. When nothing came back while this one was made, holders
-        # keep theirs longer than making one takes, whatever the averages say: the pool grows
+        # keep theirs longer than making one takes, whatever the figures say: the pool grows
         # on (#grow?), and a waiting checkout is woken to make the next. When some came back,
         # waiters are being served by returns (each wakes one) and the growth rule decides.
-        if @waiting.positive? && @returns == returns
+        # (Without the cap, checkouts wait only at the limit, for resources.)
+        if @max_creating < @limit && @waiting.positive? && @returns == returns
           @growing = true
           @available.signal
         end
