@@ -163,6 +163,102 @@ class PoolTest < Minitest::Test
     assert_equal 0, stats[:waiting]
   end
 
+  # A pool whose resources come back sooner than one can be made: repeated bursts share the
+  # first wave instead of each opening another (before the growth rule, every burst beyond the
+  # idle resources opened max_creating more, up to the limit).
+  def test_repeated_bursts_against_quickly_returned_resources_do_not_grow_the_pool
+    pool = Weft::Pool.new(limit: 100, max_creating: 4) do
+      sleep 0.05 # a connect: far longer than the holds below, even on a loaded machine
+      Object.new
+    end
+    assert_elapsed_under(5) do
+      Weft.run do
+        10.times { Weft.map(1..40) { pool.with { sleep 0.001 } } }
+      end
+    end
+    stats = pool.statistics
+    assert_equal 400, stats[:checkouts]
+    # The first burst opens a wave of 4 and grows on only while nothing comes back.
+    assert_operator stats[:created], :<=, 8, "bursts opened resources that waiting would have spared"
+    assert_in_delta 0.001, stats[:hold_time], 0.004
+    assert_in_delta 0.05, stats[:create_time], 0.05
+
+    # Without max_creating the rule is off: a checkout below the limit never waits (the first
+    # burst creates one resource per checkout, as before).
+    eager = Weft::Pool.new(limit: 100) { Object.new }
+    Weft.run { 3.times { Weft.map(1..40) { eager.with { sleep 0.001 } } } }
+    assert_equal 40, eager.statistics[:created]
+  end
+
+  # Below max_creating resources the pool creates without consulting the figures: resources
+  # retired one by one (max_uses, discard) would otherwise leave it with one or two, which
+  # the figures of quick holds never see as too few.
+  def test_a_pool_shrunk_below_max_creating_refills_to_it
+    pool = Weft::Pool.new(limit: 20, max_creating: 4) do
+      sleep 0.02
+      Object.new
+    end
+    Weft.run do
+      5.times { Weft.map(1..8) { pool.with { sleep 0.001 } } }
+      held = pool.statistics[:size].times.map { pool.checkout } # every one: the idle ones
+      held.drop(1).each { |resource| pool.discard(resource) }
+      pool.checkin(held.first)
+      assert_equal 1, pool.statistics[:size]
+      Weft.map(1..8) { pool.with { sleep 0.001 } }
+    end
+    assert_equal 4, pool.statistics[:size]
+  end
+
+  # A pool whose holders keep their resources longer than a creation takes grows at once: a
+  # burst beyond the idle resources creates for every waiter, in waves of max_creating.
+  def test_a_pool_whose_resources_are_held_long_still_grows_at_once
+    pool = Weft::Pool.new(limit: 50, max_creating: 4) do
+      sleep 0.01
+      Object.new
+    end
+    Weft.run do
+      Weft.map(1..5) { pool.with { sleep 0.2 } } # the figures: holds of 0.2 s, creations of 0.01 s
+      # Under 0.4 s: no checkout waited for a return (0.2 s) before its own hold (0.2 s).
+      assert_elapsed_under(0.38) { Weft.map(1..20) { pool.with { sleep 0.2 } } }
+    end
+    assert_equal 20, pool.statistics[:created]
+  end
+
+  # Figures that say "wait" go stale when holders start keeping their resources: one waiter
+  # watches, and when nothing comes back for a creation's time the pool creates.
+  def test_a_waiter_creates_when_nothing_comes_back_for_a_creations_time
+    pool = Weft::Pool.new(limit: 10, max_creating: 2) do
+      sleep 0.02
+      Object.new
+    end
+    Weft.run do
+      20.times { Weft.map(1..2) { pool.with { sleep 0.001 } } } # quick holds, 20 ms creations
+      held = 2.times.map { pool.checkout } # now kept for a long time
+      fresh = assert_elapsed_under(0.5) { pool.checkout(acquire_timeout: 1) } # about two creations
+      refute_includes held, fresh
+      held.each { |resource| pool.checkin(resource) }
+    end
+    assert_equal 3, pool.statistics[:created]
+  end
+
+  # A checkout the figures keep waiting does not time out while the pool may grow: its
+  # acquire_timeout up, it creates.
+  def test_acquire_timeout_below_the_limit_creates_instead_of_raising
+    pool = Weft::Pool.new(limit: 10, max_creating: 2, acquire_timeout: 0.05) do
+      sleep 0.3 # creations take far longer than the quick holds below
+      Object.new
+    end
+    Weft.run do
+      3.times { Weft.map(1..2) { pool.with { sleep 0.001 } } }
+      held = 2.times.map { pool.checkout }
+      fresh = assert_elapsed_under(1) { pool.checkout }
+      refute_includes held, fresh
+    end
+    stats = pool.statistics
+    assert_equal 0, stats[:timeouts]
+    assert_equal 3, stats[:created]
+  end
+
   def test_discard_wakes_a_waiter_and_prune_and_clear
     pool, closed = build(limit: 1, idle_timeout: 0.05)
     held = pool.checkout
@@ -198,6 +294,32 @@ class PoolTest < Minitest::Test
     pool.discard(Resource.new(99, false))
     assert_equal [1], closed
     assert_equal 0, pool.statistics[:size]
+  end
+
+  # The growth rule's figures describe the holders and what the resources reach, not the
+  # resources: a forked child keeps them while it forgets the parent's resources.
+  def test_a_forked_child_keeps_the_growth_figures
+    pool, = build(limit: 2)
+    pool.with { sleep 0.01 }
+    parent = pool.statistics.values_at(:hold_time, :create_time)
+    assert(parent.all? { |seconds| seconds.is_a?(Float) })
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      pool.discard(Object.new) # the child notices the fork here and forgets the parent's resources
+      forgotten = pool.statistics.values_at(:size, :hold_time, :create_time)
+      pool.with { nil }
+      writer.write(Marshal.dump([forgotten, pool.statistics.values_at(:created, :hold_time)]))
+      writer.close
+      exit!(0)
+    end
+    writer.close
+    Process.wait(pid)
+    forgotten, (created, hold) = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
+    assert_equal [0, *parent], forgotten
+    assert_equal 1, created, "the child creates its own resource"
+    assert_operator hold, :<, parent[0], "the parent's median hold, moved down by the child's quick hold"
+    assert_equal 1, pool.statistics[:size]
   end
 
   def test_a_forked_child_does_not_receive_the_parents_resources

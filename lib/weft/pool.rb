@@ -18,6 +18,20 @@ module Weft
   # * Resources are created lazily, outside the pool's lock (so a slow connect does not hold
   #   up other callers), and reused most-recently-used first, so surplus ones go idle and
   #   expire after `idle_timeout`.
+  # * Growth rule (with `max_creating`): once the pool holds `max_creating` resources, a
+  #   checkout that finds none idle creates one only when waiting for a busy one to come back
+  #   is expected to take longer. The pool keeps a running median of how long a resource is
+  #   held (checkout to checkin) and a running average of how long a creation takes. With B
+  #   resources busy and W checkouts already waiting, the k-th in line waits about k holds
+  #   spread over the B, so the line's average wait is (W + 2) / 2 x hold / B; the checkout
+  #   creates when that exceeds a creation. It creates without asking when nothing is busy,
+  #   before the first checkin and creation (no figures yet), and while nothing has come back
+  #   since a creation ended or since a waiter began to wait a creation's time (the figures
+  #   are stale: holders now keep theirs longer). So a pool whose resources come back in
+  #   microseconds does not open more for every burst, and one whose holders keep them longer
+  #   than a creation takes grows at once. A checkout never times out while the pool may
+  #   grow: when its `acquire_timeout` is up, it creates. Without `max_creating` (nil: the
+  #   limit) a checkout below the limit creates at once, as a plain pool does.
   # * A resource is retired after `max_uses` checkouts or `max_age` seconds, when a holder
   #   reports it broken (#discard, or an exception escaping #with), or when the optional
   #   `check` callback rejects it at checkout.
@@ -41,12 +55,20 @@ module Weft
       include Weft::Error
     end
 
-    # Bookkeeping for one live resource.
-    Entry = Struct.new(:resource, :created_at, :used_at, :uses)
+    # Bookkeeping for one live resource: taken_at is when its current holder checked it out.
+    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at)
+    # The running median of holds moves by this factor per checkin, up after a longer hold and
+    # down after a shorter one. A median, not a mean: in a burst the first holders keep their
+    # resources while the burst is being started (tens of ms) and the rest for microseconds,
+    # and a mean of the two says neither. Per checkin it settles within about 6%, and it
+    # follows a change of 10x in about 40 checkins.
+    HOLD_STEP = 1.0625
+    # Weight of the newest creation in the average of creation times (creations are few).
+    CREATE_WEIGHT = 0.25
     NONE = [].freeze
     # Options of .new that were renamed: old name => new name (see Weft::RenamedOptions).
     RENAMED_OPTIONS = { timeout: :acquire_timeout }.freeze
-    private_constant :Entry, :NONE
+    private_constant :Entry, :NONE, :HOLD_STEP, :CREATE_WEIGHT
 
     # Accepts the old names of renamed options (RENAMED_OPTIONS), with a deprecation warning.
     # @see #initialize
@@ -67,7 +89,9 @@ module Weft
     #   answer retires it (e.g. a socket the peer has closed)
     # @param close [#call, nil] called with each resource the pool retires
     # @param max_creating [Integer, nil] resources being created at once, at most (nil: up to
-    #   `limit`); a checkout beyond it waits for a resource to come back or a creation to end
+    #   `limit`); a checkout beyond it waits for a resource to come back or a creation to end.
+    #   Given, it also turns the growth rule on (above): past `max_creating` resources, the
+    #   pool creates only when waiting for a return is expected to be slower
     # @yieldparam args what the caller passed to #checkout / #with
     # @yieldreturn a new resource, created when the pool needs one
     def initialize(limit:, acquire_timeout: nil, idle_timeout: nil, max_uses: nil, max_age: nil, check: nil,
@@ -86,6 +110,9 @@ module Weft
       @check = check
       @close = close
       @create = create
+      # The growth rule's figures in seconds, kept across a fork (see #reset_state): the running
+      # median of holds (#sample_hold) and the running average of creations.
+      @hold_time = @create_time = nil
       reset_state
     end
 
@@ -148,12 +175,14 @@ module Weft
         raise UsageError, "checkin of a resource that is not checked out from this pool" unless entry
         now = Timers.now
         entry.used_at = now
+        sample_hold(now - entry.taken_at)
         if @closed || worn_out?(entry, now)
           retire = true
           @size -= 1
         else
           @idle.push(entry)
           @returns += 1
+          @growing = false # waiters are being served by returns (see #take_or_reserve)
         end
         @available.signal
       end
@@ -216,12 +245,15 @@ module Weft
 
     # Counters for statistics pages and tests.
     # @return [Hash] size (alive), idle, busy, waiting, limit, created, retired, discarded
-    #   (retired because broken), checkouts, timeouts (checkouts that gave up)
+    #   (retired because broken), checkouts, timeouts (checkouts that gave up), and the growth
+    #   rule's figures in seconds: hold_time (running median) and create_time (running average),
+    #   nil before the first checkin / creation
     def statistics
       @mutex.synchronize do
         {
           size: @size, idle: @idle.size, busy: @busy.size, waiting: @waiting, limit: @limit,
-          created: @created, retired: @retired, discarded: @discarded, checkouts: @checkouts, timeouts: @timeouts
+          created: @created, retired: @retired, discarded: @discarded, checkouts: @checkouts, timeouts: @timeouts,
+          hold_time: @hold_time, create_time: @create_time
         }
       end
     end
@@ -239,6 +271,10 @@ module Weft
       timeout
     end
 
+    # Also the state of a forked child (#forget_parent_resources). The growth rule's figures are
+    # not reset: they describe the holders and what the resources connect to, not the inherited
+    # resources, and hold for the child as for the parent (a child of a prefork server does not
+    # start by opening a batch per burst).
     def reset_state
       @generation = ForkHandler.generation
       @mutex = Thread::Mutex.new
@@ -249,12 +285,21 @@ module Weft
       @creating = 0
       @returns = 0 # resources checked back in, ever (see #create_resource)
       @waiting = 0
+      @growing = false # nothing came back while a resource was created or a waiter watched
+      @watched = false # a waiter is watching for returns (see #take_or_reserve)
       @closed = false
       @created = @retired = @discarded = @checkouts = @timeouts = 0
     end
 
     # Under the lock: pops an idle entry (marking it busy) or reserves a slot for a new
-    # resource (returning nil), waiting while neither is possible.
+    # resource (returning nil), waiting while neither is possible or the growth rule (#grow?)
+    # says a resource will come back sooner than one can be created.
+    #
+    # A checkout that waits although it could create trusts the figures, which can be stale
+    # (an origin that has just slowed down). So one such waiter at a time watches (a timed
+    # wait of one creation time; one, so that a burst of waiters is not woken once each): if
+    # nothing came back meanwhile, the pool grows on (@growing) until something does. Its time
+    # up, a checkout that may create does so rather than raise TimeoutError.
     # @param started [Float, nil] when the checkout began (Timers.now), if it has a timeout
     # @param timeout [Numeric, nil] seconds it may wait in all
     # @return [Array(Entry or nil, Array, Integer)] the entry, expired resources to close, and
@@ -263,24 +308,41 @@ module Weft
       forget_parent_resources if ForkHandler.generation != @generation
       @mutex.synchronize do
         raise ClosedError, "the pool is closed" if @closed
-        retired = take_expired(Timers.now)
+        now = Timers.now
+        retired = take_expired(now)
         deadline = nil
-        until (entry = @idle.pop) || (@size < @limit && @creating < @max_creating)
+        until (entry = @idle.pop) || (can_create = @size < @limit && @creating < @max_creating) && grow?
           deadline ||= started && Deadline.new(started + timeout, timeout)
-          if deadline&.expired?
+          wait = deadline&.remaining
+          if wait && wait <= 0
+            break if can_create # time is up, but the pool may grow: no TimeoutError below the limit
+
             @timeouts += 1
             raise TimeoutError, "no resource free in the pool within #{timeout}s (limit #{@limit})"
           end
+          if can_create && !@watched
+            watching = @watched = true
+            returns = @returns
+            since = Timers.now
+            wait = @create_time if wait.nil? || @create_time < wait
+          end
           @waiting += 1
           begin
-            @available.wait(@mutex, deadline&.remaining)
+            @available.wait(@mutex, wait)
           ensure
             @waiting -= 1
+            if watching
+              watching = @watched = false
+              # Nothing came back for as long as a creation takes: the figures are stale.
+              @growing = true if @returns == returns && Timers.now - since >= @create_time
+            end
           end
           raise ClosedError, "the pool is closed" if @closed
+          now = nil
         end
         @checkouts += 1
         if entry
+          entry.taken_at = now || Timers.now
           entry.uses += 1
           @busy[entry.resource] = entry
         else
@@ -289,6 +351,41 @@ module Weft
         end
         [entry, retired, @returns]
       end
+    end
+
+    # Under the lock, when no resource is idle and one may be created: whether to create one
+    # rather than wait for one to come back. Yes below `max_creating` resources (so always
+    # without it: the rule is off), when nothing is busy (nothing would come back), before
+    # the first checkin and the first creation (no figures yet), while nothing comes back
+    # (@growing), and when the average wait of the line, this checkout included, is longer
+    # than a creation: the k-th of the W + 1 in line waits about k holds spread over the busy
+    # resources, (W + 2) / 2 x hold / busy on average.
+    #
+    # The average wait, not the last one's (W + 1 holds): when this process's CPU is what
+    # everyone waits for, holds and creations both stretch with that queue, the last
+    # waiter's wait and a creation come out nearly equal, and the rule grew the pool by
+    # chance (7-8 connections a round at limit 1,000, vs 12-15 with no rule; see
+    # bench/results/http_client-ruby-3.3.md). A floor of `max_creating`: figures from quick
+    # holds would shrink the pool to a resource or two, which costs the waiters more than the
+    # figures see (a wait and a wake-up each: 14,200-16,800 req/s with 2 connections vs
+    # 19,800-27,400 with 16 on 3.3, same page). Integer and Float arithmetic only: nothing is
+    # allocated.
+    def grow?
+      busy = @busy.size
+      return true if @size < @max_creating || busy.zero? || @growing || @hold_time.nil? || @create_time.nil?
+      (@waiting + 2) * @hold_time > 2 * busy * @create_time
+    end
+
+    # Under the lock: moves the running median of holds (see HOLD_STEP) after a hold of `held`
+    # seconds.
+    def sample_hold(held)
+      hold = @hold_time
+      @hold_time =
+        if hold.nil? then held
+        elsif held > hold then hold * HOLD_STEP
+        elsif held < hold then hold / HOLD_STEP
+        else hold
+        end
     end
 
     # Runs the check outside the lock; a rejected entry is retired.
@@ -305,6 +402,7 @@ module Weft
 
     # @param returns [Integer] resources that had come back (#checkin) when the slot was reserved
     def create_resource(args, returns)
+      started = Timers.now
       resource = @create.call(*args)
     rescue Exception # rubocop:disable Lint/RescueException
       @mutex.synchronize do
@@ -317,14 +415,19 @@ module Weft
       now = Timers.now
       @mutex.synchronize do
         @created += 1
-        @busy[resource] = Entry.new(resource, now, now, 1)
+        @busy[resource] = Entry.new(resource, now, now, 1, now)
         @creating -= 1
-        # A creation slot is free. The pool grows on only while nothing comes back: when no
-        # resource came back while this one was made, holders keep theirs longer than making
-        # one takes, and a checkout that waits for a slot is woken to make the next. When some
-        # came back, waiters are being served by returns (each wakes one), so no more are made
-        # for them. (Without the cap, checkouts wait for resources only.)
-        @available.signal if @max_creating < @limit && @waiting.positive? && @returns == returns
+        took = now - started
+        @create_time = @create_time ? @create_time + (took - @create_time) * CREATE_WEIGHT : took
+        # A creation slot is free. When nothing came back while this one was made, holders
+        # keep theirs longer than making one takes, whatever the figures say: the pool grows
+        # on (#grow?), and a waiting checkout is woken to make the next. When some came back,
+        # waiters are being served by returns (each wakes one) and the growth rule decides.
+        # (Without the cap, checkouts wait only at the limit, for resources.)
+        if @max_creating < @limit && @waiting.positive? && @returns == returns
+          @growing = true
+          @available.signal
+        end
       end
       resource
     end

@@ -63,10 +63,13 @@ module Weft
       #   "unix:///run/app.sock"; requests may then give paths ("/users")
       # @param limit [Integer] connections per origin at most
       # @param max_connecting [Integer, nil] connections per origin being opened at once, at most
-      #   (nil: up to `limit`). A burst of requests beyond it waits for a connection to open or
-      #   to come back, and the pool grows on only while none comes back: against an origin
-      #   that answers faster than a connection opens, a burst of 1,000 requests opens a few
-      #   dozen connections instead of 1,000 (docs/http_client.md, "Bursts").
+      #   (nil: up to `limit`, and every request below `limit` connects at once). A burst of
+      #   requests beyond it waits for a connection to open or to come back; past this many
+      #   connections the pool opens one more only when waiting for one to come back is
+      #   expected to take longer (Weft::Pool's growth rule) or none comes back: against an
+      #   origin that answers faster than a connection opens, bursts of 1,000 requests share
+      #   the first 16 connections instead of opening 16 more each (docs/http_client.md,
+      #   "Bursts").
       # @param idle_timeout [Numeric, nil] close connections idle this long (seconds)
       # @param max_uses [Integer, nil] requests per connection before it is replaced (old name:
       #   max_requests)
