@@ -138,6 +138,28 @@ class ServerWarmupRunTest < Minitest::Test
     assert_equal 0, result[:failures]
     assert_match(/warmup: 3 requests in \d+ ms/, log.string)
     assert_nil Fiber.scheduler, "the warm-up's reactor is still installed"
+    refute_match(/still (running|open)/, log.string, "the warm-up's own server, client or threads were left behind")
+  end
+
+  # A connection the app opened on its first request, and a thread it started, outlive the
+  # warm-up in the master: the workers would share the one and lack the other. Named in the log.
+  def test_sockets_and_threads_the_app_left_open_are_named
+    left = []
+    app = lambda do |_env|
+      if left.empty?
+        left.concat(UNIXSocket.pair)
+        left << Thread.new { sleep }.tap { |thread| thread.name = "app metrics" }
+      end
+      [200, {}, ["ok"]]
+    end
+    config = Weft::Server::Config.new(warmup: [->(warm) { warm.get("/", rounds: 2) }])
+    Weft::Server::Warmup.run(app, config, log: Logger.new(log = StringIO.new))
+    assert_match(/warmup: 1 thread started during the warm-up still running in the master, not in the workers \(app metrics\)/, log.string)
+    fds = left.first(2).map { |socket| socket.fileno.to_s }
+    assert_match(/warmup: 2 sockets opened during the warm-up still open \(fd #{fds.join(', ')}\).*before_fork/, log.string)
+  ensure
+    left.last&.kill
+    left.first(2).each(&:close)
   end
 
   # An app that starts a background task on its first request (a flusher, a cache refresher)
