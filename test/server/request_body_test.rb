@@ -83,6 +83,59 @@ class ServerRequestBodyTest < Minitest::Test
     end
   end
 
+  # A spool file that cannot be written (a full disk: ENOSPC; here the file size limit, EFBIG
+  # after a short write) is the server's failure, not the client's: a 500, the connection closed,
+  # the app not called, the error logged; before, the connection was closed without an answer.
+  def test_a_body_that_cannot_be_spooled_gets_500
+    skip "needs RLIMIT_FSIZE" unless Process.const_defined?(:RLIMIT_FSIZE)
+    called = false
+    app = ->(_env) { [200, {}, [(called = true).to_s]] }
+    limit = Process.getrlimit(:FSIZE)
+    xfsz = Signal.trap("XFSZ", "IGNORE") # or past the limit the kernel ends the process
+    log = capture_log do
+      with_server(app, lint: false, spool_threshold: 10_000) do |_, port|
+        Process.setrlimit(:FSIZE, 50_000, limit[1])
+        response, socket = raw_request(port, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n#{'x' * 200_000}")
+        assert_equal 500, response.status
+        assert closed_by_server?(socket)
+
+        socket = connect(port)
+        socket.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        socket.write("4000\r\n#{'y' * 0x4000}\r\n" * 5)
+        socket.write("0\r\n\r\n")
+        response = read_response(socket)
+        assert_equal 500, response.status
+        refute_includes response.body, Dir.tmpdir, "the spool file's path was sent to the client"
+        assert closed_by_server?(socket)
+      ensure
+        Process.setrlimit(:FSIZE, *limit)
+      end
+    end
+    refute called, "the app was called with a body cut short"
+    assert_match(/request body from .*SpoolFailed: could not write .*Errno::EFBIG/, log)
+  ensure
+    Signal.trap("XFSZ", xfsz) if xfsz
+  end
+
+  # The spool file is unlinked at once, but its blocks stay taken while it is open: a body cut
+  # short (the client gone, here) closes it then, not whenever the GC gets to it.
+  def test_a_body_cut_short_leaves_no_spool_file_open
+    skip "needs /proc (Linux)" unless File.directory?("/proc/self/fd")
+    GC.disable # the Tempfile's finalizer would close it too
+    with_server(ECHO, spool_threshold: 10_000) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n#{'x' * 50_000}")
+      deadline = Weft::Timers.now + 5
+      sleep 0.02 until spool_files.any? || Weft::Timers.now > deadline
+      refute_empty spool_files, "the body was not spooled"
+      socket.close
+      sleep 0.02 until spool_files.empty? || Weft::Timers.now > deadline
+      assert_empty spool_files, "the spool file of a body cut short is still open"
+    end
+  ensure
+    GC.enable
+  end
+
   def test_expect_100_continue
     with_server(ECHO) do |_, port|
       socket = connect(port)
@@ -142,5 +195,13 @@ class ServerRequestBodyTest < Minitest::Test
       socket.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n#{'x' * 600}\r\n190\r\n#{'y' * 400}\r\n0\r\n\r\n")
       assert_equal "1000", read_response(socket).body.split.first
     end
+  end
+
+  private
+
+  # @return [Array<String>] this process's open spool files (unlinked: "(deleted)")
+  def spool_files
+    Dir.children("/proc/self/fd").filter_map { |fd| File.readlink("/proc/self/fd/#{fd}") rescue nil } # rubocop:disable Style/RescueModifier
+       .grep(/weft-body.*\(deleted\)/)
   end
 end

@@ -55,6 +55,22 @@ class ServerWarmupTest < Minitest::Test
     end
   end
 
+  # USR1, USR2, TTIN and TTOU end the process (or, TTIN and TTOU, suspend it) by default: sent
+  # while the master warms up (a deploy's USR1 soon after a USR2, whose new master warms up while
+  # the old workers serve, then see their master gone and stop), they are kept for when it runs.
+  def test_signals_sent_during_the_warmup_are_handled_once_the_master_runs
+    cluster("slow", "--preload", wait: false) do |master, port|
+      eventually(20, "the warm-up started") { File.exist?("#{@served}.warming") }
+      Process.kill("TTIN", master)
+      Process.kill("USR1", master)
+      eventually(20, "three workers") { worker_pids(port, tries: 20).size == 3 }
+      assert_nil Process.waitpid(master, Process::WNOHANG), "the master ended"
+      eventually(20, "the phased restart") { File.read(@log).include?("phased restart done") }
+      assert_includes File.read(@log), "TTIN: 3 workers"
+      assert_equal [master], served_by, "the warm-up ran again"
+    end
+  end
+
   def test_without_preload_the_warmup_is_skipped_with_a_warning
     cluster("warm") do |_master, port|
       assert_match(/warmup skipped: it needs preload/, File.read(@log))
@@ -77,13 +93,13 @@ class ServerWarmupTest < Minitest::Test
 
   private
 
-  def cluster(mode, *args, &block)
+  def cluster(mode, *args, wait: true, &block)
     port = Weft::Test.free_tcp_port
     FileUtils.rm_f(@log)
     with_weft("-C", File.join(FIXTURES, "warmup.rb"), "-p", port.to_s, "-o", "127.0.0.1", *args,
               *(args.include?("-w") ? [] : ["-w", "2"]),
               port: port, log: @log, env: { "WARMUP_TEST_MODE" => mode, "WARMUP_TEST_FILE" => @served }) do |master|
-      eventually(20, "a worker booted") { File.read(@log).include?("booted") }
+      eventually(20, "a worker booted") { File.read(@log).include?("booted") } if wait
       block.call(master, port)
     end
   end
@@ -122,6 +138,28 @@ class ServerWarmupRunTest < Minitest::Test
     assert_equal 0, result[:failures]
     assert_match(/warmup: 3 requests in \d+ ms/, log.string)
     assert_nil Fiber.scheduler, "the warm-up's reactor is still installed"
+    refute_match(/still (running|open)/, log.string, "the warm-up's own server, client or threads were left behind")
+  end
+
+  # A connection the app opened on its first request, and a thread it started, outlive the
+  # warm-up in the master: the workers would share the one and lack the other. Named in the log.
+  def test_sockets_and_threads_the_app_left_open_are_named
+    left = []
+    app = lambda do |_env|
+      if left.empty?
+        left.concat(UNIXSocket.pair)
+        left << Thread.new { sleep }.tap { |thread| thread.name = "app metrics" }
+      end
+      [200, {}, ["ok"]]
+    end
+    config = Weft::Server::Config.new(warmup: [->(warm) { warm.get("/", rounds: 2) }])
+    Weft::Server::Warmup.run(app, config, log: Logger.new(log = StringIO.new))
+    assert_match(/warmup: 1 thread started during the warm-up still running in the master, not in the workers \(app metrics\)/, log.string)
+    fds = left.first(2).map { |socket| socket.fileno.to_s }
+    assert_match(/warmup: 2 sockets opened during the warm-up still open \(fd #{fds.join(', ')}\).*before_fork/, log.string)
+  ensure
+    left.last&.kill
+    left.first(2).each(&:close)
   end
 
   # An app that starts a background task on its first request (a flusher, a cache refresher)

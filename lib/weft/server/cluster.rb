@@ -38,6 +38,10 @@ module Weft
       LISTEN_FDS = "WEFT_LISTEN_FDS"
       OLD_WORKERS = "WEFT_OLD_WORKERS"
       SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 CHLD].freeze
+      # The signals that stop the master: until it has loaded the app and warmed it up, they
+      # keep Ruby's default (an exception where the master is, which ends it at once, its
+      # listeners closed) rather than wait for a warm-up of up to Warmup::TIMEOUT.
+      STOP_SIGNALS = %w[TERM INT QUIT].freeze
 
       # @param config [Config]
       # @param loader [#call] returns the Rack app (runs in the master with preload, else in each worker)
@@ -64,9 +68,13 @@ module Weft
         @board_dir = File.join(@config[:control_dir] || Dir.tmpdir, "weft-#{Process.pid}")
         FileUtils.mkdir_p(@board_dir)
         write_pidfile
+        # The others are queued from the start, and handled once the workers are forked: by
+        # default USR1 and USR2 end a process and TTIN and TTOU suspend it, and a hot restart's
+        # new master loads and warms up while the old workers serve, which stop when it is gone.
+        trap_signals(SIGNALS - STOP_SIGNALS)
         @app = @loader.call if @config[:preload]
         warm_up
-        trap_signals
+        trap_signals(STOP_SIGNALS)
         Process.setproctitle("weft master#{" (#{@config[:tag]})" if @config[:tag]}")
         @log.info("weft master #{Process.pid}: #{@count} workers, listening on #{@listeners.map(&:bound_url).join(', ')}")
         @count.times { |index| spawn_worker(index) }
@@ -92,10 +100,12 @@ module Weft
         end
       end
 
-      def trap_signals
-        @signal_reader, @signal_writer = IO.pipe
-        @signals = []
-        SIGNALS.each do |name|
+      def trap_signals(names)
+        unless @signal_reader
+          @signal_reader, @signal_writer = IO.pipe
+          @signals = []
+        end
+        names.each do |name|
           Signal.trap(name) do
             @signals << name
             @signal_writer.write_nonblock(".", exception: false)

@@ -400,6 +400,10 @@ module Weft
       rescue RequestBody::TooLarge => e
         answer_error(413, e.message)
         nil
+      rescue RequestBody::SpoolFailed => e
+        @host.log_error("request body from #{@remote_addr}", e)
+        answer_error(500, "the request body could not be stored", server_fault: true)
+        nil
       rescue HTTP1::ParseError => e
         @statistics.parse_error!
         answer_error(e.status, e.message)
@@ -417,9 +421,10 @@ module Weft
         false
       end
 
-      # Sends a short error response and marks the connection for closing.
-      def answer_error(status, message)
-        @statistics.client_error!
+      # Sends a short error response and marks the connection for closing. Counted as the
+      # client's error unless `server_fault`.
+      def answer_error(status, message, server_fault: false)
+        server_fault ? @statistics.server_error! : @statistics.client_error!
         ResponseWriter.write_error(self, status, message)
       rescue ClientGone, ClientTimeout
         nil

@@ -20,6 +20,13 @@ module Weft
         include Weft::Error
       end
 
+      # The body could not be spooled to its temp file (a full disk, the file size limit, no
+      # file descriptor left): the server's failure, not the client's (500). The message names
+      # the system error and the file, for the log; the client is not told them.
+      class SpoolFailed < StandardError
+        include Weft::Error
+      end
+
       module_function
 
       # @param connection [Connection] for #fill and #read_into
@@ -60,6 +67,9 @@ module Weft
           sink << chunk
         end
         sink.input
+      rescue Exception # rubocop:disable Lint/RescueException
+        sink&.discard
+        raise
       end
 
       # The decoder refuses (413) a chunk that would take the body past the limit as soon as
@@ -77,6 +87,9 @@ module Weft
           connection.fill(timeout) # appends to `buffer`, the connection's
         end
         sink.input
+      rescue Exception # rubocop:disable Lint/RescueException
+        sink&.discard
+        raise
       end
 
       # Collects body bytes in memory, moving them to a temp file once past a threshold.
@@ -96,18 +109,14 @@ module Weft
           @file = nil
         end
 
+        # @raise [SpoolFailed] when the temp file cannot be made or written
         def <<(data)
           return self if data.empty?
           @size += data.bytesize
           if @file
             write_file(data)
           elsif @size > @threshold
-            @file = Tempfile.new("weft-body")
-            @file.binmode
-            @file.unlink # nothing to clean up if the process dies
-            write_file(@string)
-            write_file(data)
-            @string = nil
+            spool(data)
           else
             @string << data
           end
@@ -121,12 +130,43 @@ module Weft
           @file
         end
 
+        # Closes the temp file of a body that was not read to its end (the client went away,
+        # timed out, sent too much; the file could not be written). It is unlinked already, but
+        # its blocks stay taken on the disk while it is open, which without this lasted until the
+        # GC collected it. @return [void]
+        def discard
+          @file&.close
+          @file = nil
+          @string = nil
+        end
+
         private
 
-        # #syswrite may write part of it (a signal, a full disk's last blocks): the rest follows.
+        def spool(data)
+          @file = Tempfile.new("weft-body")
+          @file.binmode
+          @file.unlink # nothing to clean up if the process dies
+          write_file(@string)
+          write_file(data)
+          @string = nil
+        rescue SystemCallError, IOError => e
+          raise SpoolFailed, "could not create the request body's temp file: #{e.class}: #{e.message}"
+        end
+
+        # #syswrite may write part of it (a full disk's last blocks, the file size limit) and,
+        # unlike #write, does not retry a write a signal interrupted (EINTR: on a regular file,
+        # only on some network and FUSE file systems): the rest follows.
         def write_file(data)
-          written = @file.syswrite(data)
-          written += @file.syswrite(data.byteslice(written..)) while written < data.bytesize
+          written = 0
+          while written < data.bytesize
+            begin
+              written += @file.syswrite(written.zero? ? data : data.byteslice(written..))
+            rescue Errno::EINTR
+              next
+            end
+          end
+        rescue SystemCallError, IOError => e
+          raise SpoolFailed, "could not write the request body to its temp file: #{e.class}: #{e.message}"
         end
       end
     end

@@ -72,6 +72,8 @@ module Weft
           blocks = config[:warmup]
           return if blocks.empty?
           before = yjit_counts
+          threads = Thread.list
+          sockets = open_sockets
           started = Timers.now
           warm = nil
           failures = 0
@@ -95,6 +97,7 @@ module Weft
           ensure
             warm&.close
           end
+          warn_left_open(Thread.list - threads, open_sockets - sockets, log)
           report(warm, failures, Timers.now - started, before, log)
         rescue StandardError => e
           log.error("warmup could not run: #{e.class}: #{e.message}")
@@ -154,6 +157,38 @@ module Weft
           end
         rescue Weft::TimeoutError
           nil # they had their chance; Weft.run cancels what is left as it unwinds
+        end
+
+        # What the warm-up opened and left open stays in the master, where nothing uses it: a
+        # socket (a database or cache connection) is inherited by every worker, which then share
+        # it (their traffic mixed on one connection); a thread goes on in the master alone (a
+        # fork copies only the thread that forks), the workers having a dead copy of it. Neither
+        # can be closed from here without knowing what it is: both are named in the log, with
+        # the way out (close it in the block, or in `before_fork`, which runs after the warm-up).
+        def warn_left_open(threads, sockets, log)
+          # The warm-up server's stall detector ends by itself, within its tick.
+          threads = threads.select(&:alive?).reject { |thread| thread.name&.start_with?("weft ") && thread.join(1) }
+          unless threads.empty?
+            log.warn("warmup: #{threads.size} thread#{'s' unless threads.size == 1} started during the warm-up still " \
+                     "running in the master, not in the workers (#{threads.map { |thread| thread.name || 'unnamed' }.join(', ')})")
+          end
+          return if sockets.empty?
+          log.warn("warmup: #{sockets.size} socket#{'s' unless sockets.size == 1} opened during the warm-up still open " \
+                   "(fd #{sockets.map(&:first).join(', ')}): every worker would share #{sockets.size == 1 ? 'it' : 'them'}; " \
+                   "close #{sockets.size == 1 ? 'it' : 'them'} in the warmup block or in before_fork")
+        end
+
+        # @return [Array<Array(String, String)>] this process's open sockets, as fd number and
+        #   link ("socket:[123]"); none where there is no /proc
+        def open_sockets
+          Dir.children("/proc/self/fd").filter_map do |fd|
+            link = File.readlink("/proc/self/fd/#{fd}")
+            [fd, link] if link.start_with?("socket:")
+          rescue SystemCallError
+            nil # the fd Dir.children itself read the folder with, closed since
+          end.sort_by { |fd, _| fd.to_i }
+        rescue SystemCallError
+          []
         end
 
         def report(warm, failures, seconds, before, log)
