@@ -37,6 +37,11 @@ module Weft
 
       READ_SIZE = 16_384
       CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"
+      # After an error answer to a request whose body is still arriving, the rest of the body is
+      # read and dropped for at most this many seconds and bytes before the connection closes
+      # (#linger).
+      LINGER_SECONDS = 2
+      LINGER_BYTES = 1_048_576
 
       # @return [String] the peer address for REMOTE_ADDR and the access log
       attr_reader :remote_addr
@@ -399,15 +404,15 @@ module Weft
         RequestBody.read(self, @parser, @stream.buffer, @settings) { write(CONTINUE) }
       rescue RequestBody::TooLarge => e
         answer_error(413, e.message)
-        nil
+        linger
       rescue RequestBody::SpoolFailed => e
         @host.log_error("request body from #{@remote_addr}", e)
         answer_error(500, "the request body could not be stored", server_fault: true)
-        nil
+        linger
       rescue HTTP1::ParseError => e
         @statistics.parse_error!
         answer_error(e.status, e.message)
-        nil
+        linger
       rescue ClientTimeout
         answer_error(408, "request body not received in time")
         raise
@@ -427,6 +432,28 @@ module Weft
         server_fault ? @statistics.server_error! : @statistics.client_error!
         ResponseWriter.write_error(self, status, message)
       rescue ClientGone, ClientTimeout
+        nil
+      end
+
+      # Reads and drops what the client still sends after an error answer cut its request body
+      # short (413, a body that could not be stored, a malformed chunk), before the connection
+      # is closed. Closed at once, a socket with unread bytes (or bytes still arriving) makes the
+      # kernel send a reset, and a reset can destroy the answer before the client has read it
+      # (RFC 9112 section 9.6): the client would see "connection reset" instead of the 413. On
+      # plain TCP the server's side is shut down first, so the client sees the answer end, then
+      # its body is taken, for at most LINGER_SECONDS and LINGER_BYTES (a client that sends on
+      # regardless costs one waiting fiber that long). Never raises.
+      # @return [nil] (read_body's "no input")
+      def linger
+        @socket.shutdown(Socket::SHUT_WR) unless @tls
+        deadline = Weft::Deadline.after(LINGER_SECONDS)
+        dropped = 0
+        piece = nil # the first read makes it, the others refill it
+        while dropped < LINGER_BYTES && (piece = @stream.read_partial(READ_SIZE, piece, deadline))
+          dropped += piece.bytesize
+        end
+        nil
+      rescue ClientGone, ClientTimeout, IOError, SystemCallError, OpenSSL::SSL::SSLError
         nil
       end
 
