@@ -182,30 +182,6 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_match(/prepared statements/, error.message)
   end
 
-  def test_bind_values_travel_as_parameters_of_unnamed_statements
-    queries = sql_of { Entry.create!(fiber: 7, tag: "bound") && [Entry.find_by(fiber: 7).tag, Entry.where(tag: "bound").count] }
-    assert_equal ["bound", 1], queries.pop
-    refute_empty queries
-    queries.each do |sql, binds, statement_name|
-      assert_match(/\$1/, sql)
-      refute_empty binds, sql
-      assert_nil statement_name, "#{sql} was prepared"
-    end
-    relation = ActiveRecord::Base.connection_pool.with_connection { Entry.where(tag: "x").to_sql }
-    assert_match(/'x'/, relation, "Relation#to_sql writes the values in")
-  end
-
-  def test_prepared_statements_false_writes_the_values_into_the_sql
-    ActiveRecord::Base.establish_connection(config.merge(prepared_statements: false))
-    queries = sql_of { Entry.create!(fiber: 8, tag: "inline") && Entry.where(tag: "inline").count }
-    assert_equal 1, queries.pop
-    refute_empty queries
-    queries.each do |sql, binds, _|
-      assert_match(/'inline'/, sql)
-      assert_empty binds, sql
-    end
-  end
-
   def test_migrations_schema_cache_explain_and_load_async
     verbose = ActiveRecord::Migration.verbose
     ActiveRecord::Migration.verbose = false
@@ -343,20 +319,6 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
   def config
     { adapter: "weft_postgresql", host: postgres.host, port: postgres.port, username: "postgres",
       database: DATABASE, pool: 5, application_name: APPLICATION, checkout_timeout: 20 }
-  end
-
-  # What ActiveRecord sent on weft_entries while the block ran ([sql, binds, statement name]
-  # each; its schema queries aside), then the block's value. The block runs in a task.
-  def sql_of
-    sent = []
-    subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
-      next if payload[:name] == "SCHEMA" || !payload[:sql].include?("weft_entries")
-      sent << [payload[:sql], payload[:binds], payload[:statement_name]]
-    end
-    value = Weft.run { ActiveRecord::Base.connection_pool.with_connection { yield } }
-    sent << value
-  ensure
-    ActiveSupport::Notifications.unsubscribe(subscriber) if subscriber
   end
 
   def shared_pool

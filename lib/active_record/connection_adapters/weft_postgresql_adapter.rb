@@ -25,20 +25,14 @@ module ActiveRecord
     # `pool:` connections per process.
     #
     # Differences from `adapter: postgresql`:
-    # - No statement is prepared on the server (`prepared_statements: true` is refused): a
-    #   prepared statement lives in one session, and statements here go to whichever connection
-    #   is free. Bind values still travel as parameters, as with prepared statements: ActiveRecord
-    #   builds the SQL with `$1`, `$2`... (so its statement cache keeps the SQL of `find` and
-    #   `find_by`) and each statement is sent unnamed, parsed and planned for that one execution.
-    #   `prepared_statements: false` makes ActiveRecord write the values into the SQL instead,
-    #   quoting each one: ~0.1 ms more CPU per request of the Rails benchmark's app (an INSERT's
-    #   timestamps among them), and a different SQL text for every value.
-    # - SQL sent in the simple protocol (`execute`; every query without binds) is pipelined
-    #   when it is one statement that reads or writes rows; several statements in one string,
-    #   DDL and utility commands take a connection alone for their round trip.
+    # - Prepared statements are off (`prepared_statements: true` is refused): a prepared
+    #   statement lives in one session, and statements here go to whichever connection is free.
     # - Session settings (encoding, min_messages, schema_search_path, variables, standard
     #   strings, intervalstyle, time zone) are applied to every pool connection as it opens
     #   (WeftPostgreSQL::SessionSetup), not per adapter.
+    # - SQL sent in the simple protocol (`execute`; on Rails 8.1 every query without binds)
+    #   is pipelined when it is one statement that reads or writes rows; several statements in
+    #   one string, DDL and utility commands take a connection alone for their round trip.
     # - PostgreSQL notices do not reach ActiveRecord.db_warnings_action.
     # - ActiveSupport's isolation level must be :fiber under a fiber scheduler (each request
     #   fiber its own adapter); a transaction begun otherwise raises.
@@ -114,25 +108,9 @@ module ActiveRecord
 
       private
 
-      # On, as ActiveRecord means it: SQL with bind parameters, the values sent apart from it.
-      # Nothing is prepared on the server (#perform_query); asking for that in the
-      # configuration is refused (#initialize), `prepared_statements: false` inlines the values.
+      # Off, and refused when asked for (see #initialize).
       def default_prepared_statements
-        true
-      end
-
-      # Where the PostgreSQL adapter chooses between preparing a statement (a named one, kept
-      # per session, run with exec_prepared) and running it unnamed (exec_params, or async_exec
-      # without binds): always the latter here, since a prepared statement would live in one of
-      # the shared connections' sessions only.
-      if private_method_defined?(:perform_query) # Rails 8
-        def perform_query(raw_connection, sql, binds, type_casted_binds, prepare:, **options)
-          super(raw_connection, sql, binds, type_casted_binds, prepare: false, **options)
-        end
-      else # Rails 7.1 and 7.2
-        def execute_and_clear(sql, name, binds, prepare: false, **options, &block)
-          super(sql, name, binds, prepare: false, **options, &block)
-        end
+        false
       end
 
       def connect
