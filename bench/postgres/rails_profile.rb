@@ -63,8 +63,12 @@ module PostgresBench
           File.binwrite(dump, Marshal.dump(data[:profile]))
         end
         window[:majors] = data[:majors]
+        window[:singletons] = data[:singletons]
         window[:switches] = data[:switches].fdiv(window[:requests]) if data[:switches]
-        window[:yjit] = yjit_window(data) if ENV["PROFILE_YJIT"]
+        if ENV["PROFILE_YJIT"]
+          window[:yjit] = yjit_window(data)
+          File.binwrite(File.join(Dir.tmpdir, "weft-rails-profile-#{name}-#{round}.yjit"), Marshal.dump(data.slice(:before, :after)))
+        end
         if data[:calls]
           dump = File.join(Dir.tmpdir, "weft-rails-profile-#{name}-#{round}.calls")
           File.binwrite(dump, Marshal.dump(data[:calls]))
@@ -154,6 +158,7 @@ module PostgresBench
                       load_after, result[:wrk][:rps], w[:requests], w[:cpu_ms], w[:user_ms], w[:system_ms], w[:objects], w[:minor_per_1k],
                       w[:major_per_1k], w[:gc_ms])
           puts "        major GCs by cause: #{w[:majors].inspect}" unless w[:majors].empty?
+          puts "        objects with a singleton class, by class: #{w[:singletons].inspect}" if w[:singletons]
           puts "        YJIT: #{w[:yjit].inspect}" if w[:yjit]
           puts format("        %.1f fiber switches per request", w[:switches]) if w[:switches]
           puts format("        %.0f calls per request (methods, C functions, blocks); dump: %s", w[:calls], result[:dump]) if w[:calls]

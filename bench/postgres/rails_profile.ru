@@ -79,7 +79,14 @@ Thread.new do
   watch.kill
   StackProf.stop if mode
   calls = calls&.to_h { |(event, owner, method, path, line), count| [[event, owner.inspect, method, path, line], count] }
-  data = { before: before, after: after, profile: (StackProf.results if mode), calls: calls, majors: majors,
+  # Objects (not classes or modules) with a singleton class of their own, by class: YJIT
+  # compiles no call on such an object (its stats count them as send_singleton_class).
+  singletons = if ENV["PROFILE_SINGLETONS"]
+                 ObjectSpace.each_object(Class).select(&:singleton_class?).map(&:attached_object)
+                            .reject { |object| object.is_a?(Module) }.group_by(&:class).transform_values(&:size)
+                            .transform_keys(&:inspect)
+               end
+  data = { singletons: singletons, before: before, after: after, profile: (StackProf.results if mode), calls: calls, majors: majors,
            switches: (switches if switching) }
   File.binwrite(ENV.fetch("PROFILE_OUT"), Marshal.dump(data))
 end
