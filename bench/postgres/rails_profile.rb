@@ -4,17 +4,24 @@
 # bench/postgres/rails_bench.rb, loaded through bench/postgres/rails_profile.ru, under each
 # server in turn with the benchmark's closed loop (wrk -c200, 5 PostgreSQL connections), and
 # measured from inside the process that serves, over a window from 2 s into the loop to 1 s
-# before its end: CPU per request answered, objects allocated and GC runs per request, and with
-# PROFILE_MODE=cpu|wall|object a StackProf profile of the window (its top frames printed, the
-# dump kept for `stackprof --text`), with PROFILE_CALLS=1 every call counted (dumped by
-# method), with PROFILE_STRACE=1 the system calls (strace -c), with
-# PROFILE_PERF=1 a `perf record` of the window (YJIT's code named through --yjit-perf=map).
+# before its end: CPU per request answered, objects allocated and GC runs per request, what set
+# off each major GC, RubyVM.stat's counters per request, live slots and old objects at the end.
 #
 #   bundle exec ruby bench/postgres/rails_profile.rb [seconds] [rounds]
 #
 # Environment: BENCH_SERVERS (default "weft,falcon"; the servers take turns, `rounds` times,
-# each on its own freshly seeded database), PROFILE_MODE (none by default: the counters alone,
-# without a profiler's own cost), PROFILE_TOP (frames printed, 30), BENCH_C (200).
+# each on its own freshly seeded database), BENCH_C (200), PROFILE_TOP (frames or symbols
+# printed, 30), and each of these adds a measurement (and its own cost: compare CPU figures
+# only between runs with the same ones):
+#   PROFILE_MODE=cpu|wall|object   a StackProf profile (raw; top frames printed, dump kept;
+#                                  PROFILE_INTERVAL in µs or objects)
+#   PROFILE_PERF=1                 `perf record` of the window, YJIT's code named (--yjit-perf=map)
+#   PROFILE_STRACE=1               the system calls (strace -c -f)
+#   PROFILE_YJIT=1                 YJIT's counters per request (--yjit-stats; dumped)
+#   PROFILE_CALLS=1                every method, C function and block called (TracePoint; dumped)
+#   PROFILE_SWITCHES=1             fiber switches per request (TracePoint)
+#   PROFILE_SINGLETONS=1           objects with a singleton class of their own, by class
+#   PROFILE_HEAP=1                 the ActiveRecord adapters alive at the window's end
 
 require "tmpdir"
 require_relative "rails_bench"
@@ -128,7 +135,9 @@ module PostgresBench
         objects: (after[:allocated] - before[:allocated]).fdiv(requests),
         minor_per_1k: (after[:minor] - before[:minor]) * 1000.0 / requests,
         major_per_1k: (after[:major] - before[:major]) * 1000.0 / requests,
-        gc_ms: (after[:gc_ms] - before[:gc_ms]).fdiv(requests) }
+        gc_ms: (after[:gc_ms] - before[:gc_ms]).fdiv(requests),
+        live: after[:live], old: after[:old], adapters: after[:adapters],
+        vm: after[:vm].to_h { |key, value| [key, (value - before[:vm][key]).fdiv(requests).round(2)] } }
     end
 
     # The profile's top frames by samples taken in them (self) and under them (total).
@@ -158,6 +167,9 @@ module PostgresBench
                       load_after, result[:wrk][:rps], w[:requests], w[:cpu_ms], w[:user_ms], w[:system_ms], w[:objects], w[:minor_per_1k],
                       w[:major_per_1k], w[:gc_ms])
           puts "        major GCs by cause: #{w[:majors].inspect}" unless w[:majors].empty?
+          puts "        RubyVM.stat per request: #{w[:vm].inspect}"
+          puts format("        at the window's end: %d live slots, %d old objects%s", w[:live], w[:old],
+                      w[:adapters] ? ", #{w[:adapters]} ActiveRecord adapters" : "")
           puts "        objects with a singleton class, by class: #{w[:singletons].inspect}" if w[:singletons]
           puts "        YJIT: #{w[:yjit].inspect}" if w[:yjit]
           puts format("        %.1f fiber switches per request", w[:switches]) if w[:switches]

@@ -14,6 +14,8 @@
 # - with PROFILE_CALLS=1, every method, C function and block called (a TracePoint: slow, so
 #   the window's CPU figures are then not the server's),
 # - with PROFILE_SWITCHES=1, fiber switches (a TracePoint on :fiber_switch),
+# - RubyVM.stat, live slots and old objects; with PROFILE_SINGLETONS=1 the objects with a
+#   singleton class (at the window's end), with PROFILE_HEAP=1 the ActiveRecord adapters alive,
 #
 # and writes them to PROFILE_OUT (Marshal: the counters, and the profile's raw result).
 require "stackprof" if ENV["PROFILE_MODE"]
@@ -43,7 +45,8 @@ counters = lambda do
   { cpu: Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID), user: times.utime, system: times.stime,
     requests: RequestCounter.count,
     allocated: gc[:total_allocated_objects], minor: gc[:minor_gc_count], major: gc[:major_gc_count],
-    gc_ms: gc[:time] || 0, pid: Process.pid, yjit: (RubyVM::YJIT.runtime_stats if defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?) }
+    gc_ms: gc[:time] || 0, live: gc[:heap_live_slots], old: gc[:old_objects], pid: Process.pid, vm: RubyVM.stat,
+    adapters: (ObjectSpace.each_object(ActiveRecord::ConnectionAdapters::AbstractAdapter).count if ENV["PROFILE_HEAP"]), yjit: (RubyVM::YJIT.runtime_stats if defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?) }
 end
 
 Thread.new do
