@@ -159,6 +159,22 @@ class PostgresPoolTest < Minitest::Test
     end
   end
 
+  def test_a_connection_back_from_pipeline_mode_is_plain_pg_without_singleton_methods
+    db = pool(limit: 1)
+    reactor do
+      Weft.gather(Array.new(20) { |i| Weft.spawn { db.query("select $1::int", i) } })
+      assert_operator db.statistics[:pipelined], :>, 10, "the statements were not pipelined"
+      db.with do |raw|
+        # pg's setnonblocking would have aliased flush, pipeline_sync... on the connection's
+        # singleton class, which YJIT does not compile calls on.
+        assert_empty raw.singleton_methods
+        refute raw.isnonblocking, "sends in plain mode flush, as pg's blocking API does"
+        assert_equal "7", raw.exec_params("select $1::int", [7]).getvalue(0, 0)
+      end
+      assert_equal "8", db.query("select $1::int", 8).getvalue(0, 0)
+    end
+  end
+
   def test_inside_with_the_fiber_keeps_its_connection
     db = pool(limit: 2)
     reactor do

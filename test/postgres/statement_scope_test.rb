@@ -23,4 +23,20 @@ class PostgresStatementScopeTest < Minitest::Test
       "CREATE TABLE t (a int)", "VACUUM", "CREATE INDEX CONCURRENTLY i ON t (a)", "BEGIN", "SET search_path TO x"
     ].each { |sql| refute SCOPE.single_data_statement?(sql), sql }
   end
+
+  def test_session_state_at_the_start_or_after_a_semicolon
+    [
+      "SET search_path TO x", "  /* tag */ -- note\nset statement_timeout = 5", "RESET ALL", "DISCARD ALL", "LISTEN c",
+      "CREATE TEMP TABLE t (a int)", "SELECT 1; SET x.y = 1", "SELECT 1;\n/* c */ create temporary table t (a int)",
+      "SELECT pg_advisory_lock(1)", "select set_config('x.y', '1', false)"
+    ].each { |sql| assert SCOPE.session_state?(sql), sql }
+  end
+
+  def test_statements_that_leave_the_session_as_it_was
+    [
+      "SELECT 1", "SET LOCAL x.y = 1", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "UPDATE t SET a = 1",
+      %(INSERT INTO "posts" ("title") VALUES ('reset') RETURNING "id"), "SELECT 1; SET LOCAL x.y = 1",
+      "SELECT pg_advisory_xact_lock(1)"
+    ].each { |sql| refute SCOPE.session_state?(sql), sql }
+  end
 end

@@ -15,6 +15,10 @@ module Weft
     # nonblocking at the Ruby level too, so sends only buffer and Weft decides when to flush
     # and when to wait; Pipeline drives it.
     class Connection
+      # Whether pg has the flag that #buffer_sends sets (pg 1.3 and later).
+      FLUSH_DATA = PG::Connection.private_method_defined?(:flush_data=)
+      private_constant :FLUSH_DATA
+
       # @return [PG::Connection]
       attr_reader :raw
       # @return [Float] monotonic time the connection was opened
@@ -57,19 +61,21 @@ module Weft
         @pipelined
       end
 
-      # Switches to pipeline mode (from idle plain mode).
+      # Switches to pipeline mode (from idle plain mode): sends only buffer, Pipeline flushes
+      # and waits itself.
       def enter_pipeline_mode
         return if @pipelined
-        @raw.setnonblocking(true) # sends only buffer; Pipeline flushes and waits itself
+        buffer_sends(true)
         @raw.enter_pipeline_mode
         @pipelined = true
       end
 
-      # Switches back to plain mode; the pipeline must be empty.
+      # Switches back to plain mode; the pipeline must be empty. Sends flush again, as users
+      # of Pool#with expect from pg.
       def exit_pipeline_mode
         return unless @pipelined
         @raw.exit_pipeline_mode
-        @raw.setnonblocking(false)
+        buffer_sends(false)
         @pipelined = false
       end
 
@@ -136,6 +142,23 @@ module Weft
         @raw.finish
       rescue PG::Error, IOError, SystemCallError
         nil
+      end
+
+      private
+
+      # Makes sends leave their data in libpq's buffer (`true`) or flush it as pg's blocking
+      # API does (`false`): pg's flush_data flag, which PG::Connection#setnonblocking sets. That
+      # method also re-aliases six methods (flush, pipeline_sync...) on the connection's
+      # singleton class on every call, and the pool switches a connection's mode for each
+      # lease: every connection got a singleton class, which YJIT compiles no call on (its
+      # send_singleton_class fallback: ~60 of a Rails request's calls), and every switch
+      # redefined methods. Nothing else setnonblocking does is needed here: libpq itself stays
+      # nonblocking under pg's async API, and Pipeline calls the sync_ methods by name.
+      def buffer_sends(buffer)
+        return @raw.setnonblocking(buffer) unless FLUSH_DATA
+
+        @raw.sync_setnonblocking(true)
+        @raw.__send__(:flush_data=, !buffer)
       end
     end
   end

@@ -264,7 +264,7 @@ module Weft
       # @return [Boolean] whether everything was written
       def flush
         sync if @unsynced.positive?
-        written = @raw.flush
+        written = @raw.sync_flush # never waits (pg's #flush would, outside setnonblocking's aliases)
         mark_written if @unwritten > 0
         written
       end

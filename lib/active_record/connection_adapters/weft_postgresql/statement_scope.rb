@@ -21,12 +21,17 @@ module ActiveRecord
         # Commands whose effect outlives the statement: SET without LOCAL (and not SET TRANSACTION
         # or SET CONSTRAINTS, which end with the transaction), RESET, DISCARD, LISTEN, UNLISTEN,
         # PREPARE, DEALLOCATE, LOAD, DECLARE (a cursor WITH HOLD), CREATE TEMP objects.
-        SESSION_COMMAND = /
-          #{STATEMENT_START}
+        SESSION_WORD = /
           (?:set\b(?!\s+(?:local|transaction|constraints)\b)|reset\b|discard\b|listen\b|unlisten\b|
              prepare\b|deallocate\b|load\b|declare\b|
              create\s+(?:or\s+replace\s+)?(?:(?:global|local)\s+)?temp(?:orary)?\b)
         /ix
+        # One of them at the start of any statement of the text.
+        SESSION_COMMAND = /#{STATEMENT_START}#{SESSION_WORD}/
+        # One of them at the text's start: all SESSION_COMMAND can find in a text without a
+        # semicolon, found without trying a match at every character (SESSION_COMMAND's search
+        # for a `;` or the start took ~1.4 µs on a Rails INSERT, and it runs for each statement).
+        FIRST_SESSION_COMMAND = /\A#{LEADING}#{SESSION_WORD}/
         # Functions whose effect outlives the statement: session advisory locks, set_config.
         SESSION_FUNCTION = /\b(?:pg_(?:try_)?advisory_lock(?:_shared)?|set_config)\s*\(/i
         # Statements that read or write rows (what ActiveRecord's queries are), as opposed to DDL
@@ -62,7 +67,7 @@ module ActiveRecord
         # @param sql [String]
         # @return [Boolean] whether the statement (or one of several) leaves state in the session
         def session_state?(sql)
-          SESSION_COMMAND.match?(sql) || SESSION_FUNCTION.match?(sql)
+          (sql.include?(";") ? SESSION_COMMAND : FIRST_SESSION_COMMAND).match?(sql) || SESSION_FUNCTION.match?(sql)
         end
       end
     end
