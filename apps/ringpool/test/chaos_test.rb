@@ -421,7 +421,7 @@ class RingpoolChaosTest < Minitest::Test
     <<~REPORT
       ringpool chaos: #{SHARDS} shards, #{load_shape(requests)}, #{requests.size} requests of #{ITEMS} items in #{elapsed.round(1)} s
       (#{(items / elapsed).round} allocations/s), deadline #{(DEADLINE * 1000).round} ms, #{chaos_done[:kills]} kill -9, #{chaos_done[:restarts]} PostgreSQL restart(s) (#{timeline.restart}; #{requests.count { |request| timeline.after_restart?(request.started_at) }} requests after it)
-      load average before / after: #{client[:load].join(' / ')}; this process's CPU: #{(client[:cpu] / elapsed * 100).round}% of a core
+      #{RUBY_DESCRIPTION}; load average before / after: #{client[:load].join(' / ')}; this process's CPU: #{(client[:cpu] / elapsed * 100).round}% of a core
       answered: #{answered.size} requests, #{items} items: #{tracked.size} tracked, #{reasons.sort.map { |r, n| "#{n} #{r}" }.join(', ')}
       sent again (a worker killed mid-request reset the connection): #{retried.size} requests, #{retried.sum(&:attempts) - retried.size} times in all, answered within #{retried.empty? ? 0 : (retried.map(&:seconds).max * 1000).round} ms of the first send
       no answer after #{ATTEMPTS} attempts: #{lost} requests (#{requests.filter_map(&:error).map(&:class).tally.map { |k, n| "#{n} #{k.name.split('::').last}" }.join(', ')})
