@@ -46,39 +46,36 @@ module Weft
         raise TooLarge, "body of #{length} bytes is over the limit of #{limit}" if length && length > limit
         yield if parser.expect_continue? && buffer.empty?
 
+        sink = Sink.new(settings.spool_threshold)
         if chunked
-          read_chunked(connection, buffer, settings, limit)
+          read_chunked(connection, buffer, sink, settings.body_timeout, limit)
         else
-          read_length(connection, settings, length)
+          read_length(connection, sink, settings.body_timeout, length)
         end
+        sink.input
+      rescue Exception # rubocop:disable Lint/RescueException
+        sink&.discard # not read to its end: its temp file goes now, not at the next GC
+        raise
       end
 
       # Reads never go past the body, so what follows it (a pipelined request) stays in the
       # connection's buffer, and the bytes that came with the head are taken first: the stream
       # does both (Weft::Stream#read_partial).
-      def read_length(connection, settings, length)
-        sink = Sink.new(settings.spool_threshold)
+      def read_length(connection, sink, timeout, length)
         # One buffer for the whole body, not a string per read (see Connection#read_into): the
         # first read makes it, the others refill it.
         chunk = nil
-        timeout = settings.body_timeout
         while sink.size < length
           chunk = connection.read_into(chunk, timeout, [length - sink.size, Connection::READ_SIZE].min)
           sink << chunk
         end
-        sink.input
-      rescue Exception # rubocop:disable Lint/RescueException
-        sink&.discard
-        raise
       end
 
       # The decoder refuses (413) a chunk that would take the body past the limit as soon as
       # its size line arrives, so a client announcing a huge chunk is not read from at all.
-      def read_chunked(connection, buffer, settings, limit)
+      def read_chunked(connection, buffer, sink, timeout, limit)
         decoder = HTTP1::ChunkedDecoder.new(max_body_size: limit)
-        sink = Sink.new(settings.spool_threshold)
         decoded = String.new(encoding: Encoding::BINARY)
-        timeout = settings.body_timeout
         loop do
           done = decoder.decode(buffer, decoded)
           sink << decoded
@@ -86,10 +83,6 @@ module Weft
           break if done
           connection.fill(timeout) # appends to `buffer`, the connection's
         end
-        sink.input
-      rescue Exception # rubocop:disable Lint/RescueException
-        sink&.discard
-        raise
       end
 
       # Collects body bytes in memory, moving them to a temp file once past a threshold.
