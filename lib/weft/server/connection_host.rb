@@ -175,25 +175,23 @@ module Weft
         @connections.keys.each(&:close)
       end
 
-      # @api private: serves a connection in the current task (see #serve), registered so that
-      # the stop can wait for it or cancel it.
+      # @api private: serves a connection in the current task (see #serve).
       def run(connection, method)
-        task = Task.current
-        @tasks[task] = true
-        begin
-          connection.public_send(method)
-        ensure
-          @tasks.delete(task)
-        end
+        connection.public_send(method)
+      ensure
+        @tasks.delete(Task.current)
       end
 
       private
 
       # Starts a task for a connection (method :start for a new one, :resume for one the
       # IdlePool hands back). It is not a child of the accepting task, so that cancelling the
-      # accept loop at shutdown leaves in-flight requests to finish.
+      # accept loop at shutdown leaves in-flight requests to finish. The task is registered as
+      # it is spawned, not as it starts (on the reactor's next turn), so that the stop waits for
+      # a connection it has just admitted instead of closing it unread, which resets it.
       def serve(connection, method)
-        Weft.spawn(self, connection, method, name: "weft connection", detached: true, &SERVE)
+        task = Weft.spawn(self, connection, method, name: "weft connection", detached: true, &SERVE)
+        @tasks[task] = true
       end
 
       SERVE = ->(host, connection, method) { host.run(connection, method) }
