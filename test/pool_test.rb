@@ -115,6 +115,27 @@ class PoolTest < Minitest::Test
     assert_equal [1, 2], closed
   end
 
+  # Resources created together and used alike retire at points of their own in the last tenth
+  # of max_uses, not all in the same round (LIMIT_SPREAD): 40 resources used once a round for
+  # 100 rounds retire over several rounds, none before 90 uses or after 100.
+  def test_max_uses_retirements_are_spread
+    pool, = build(limit: 40, max_uses: 100)
+    uses = Hash.new(0)
+    retired_in_round = {}
+    100.times do |round|
+      held = Array.new(40) { pool.checkout }
+      held.each do |resource|
+        uses[resource.id] += 1
+        pool.checkin(resource)
+        retired_in_round[resource.id] = round if resource.closed
+      end
+    end
+    assert_equal 40, retired_in_round.size, "every first-generation resource retired within 100 uses"
+    assert_operator retired_in_round.values.uniq.size, :>=, 4, "retired over several rounds: #{retired_in_round.values.tally}"
+    first_generation = uses.select { |id, _| id <= 40 }.values
+    assert first_generation.all? { |count| count.between?(90, 100) }, "uses before retiring: #{first_generation.tally}"
+  end
+
   def test_check_rejects_a_broken_idle_resource
     pool, closed = build(limit: 1) { |r| r.id != 1 }
     pool.with { nil }

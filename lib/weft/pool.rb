@@ -32,7 +32,8 @@ module Weft
   #   than a creation takes grows at once. A checkout never times out while the pool may
   #   grow: when its `acquire_timeout` is up, it creates. Without `max_creating` (nil: the
   #   limit) a checkout below the limit creates at once, as a plain pool does.
-  # * A resource is retired after `max_uses` checkouts or `max_age` seconds, when a holder
+  # * A resource is retired after `max_uses` checkouts or `max_age` seconds (each resource
+  #   draws its own point within the last tenth of either, see LIMIT_SPREAD), when a holder
   #   reports it broken (#discard, or an exception escaping #with), or when the optional
   #   `check` callback rejects it at checkout.
   # * Fork safety: a child process never receives its parent's resources (sockets shared
@@ -55,8 +56,22 @@ module Weft
       include Weft::Error
     end
 
-    # Bookkeeping for one live resource: taken_at is when its current holder checked it out.
-    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at)
+    # Bookkeeping for one live resource: taken_at is when its current holder checked it out;
+    # limit_factor scales max_uses and max_age for this resource (#spread_factor).
+    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor)
+
+    # The share of `max_uses` and `max_age` over which resources' retirements are spread: each
+    # resource retires at its own point between 90% and 100% of the limit. Resources created
+    # together (a burst, a boot) and used alike would otherwise reach the limit together and be
+    # replaced in one wave: the HTTP client's busiest connections, which LIFO reuse keeps
+    # equally busy, all reconnecting within the same few requests, or every PostgreSQL
+    # connection opened at boot closing in the same second.
+    LIMIT_SPREAD = 0.1
+
+    # @return [Float] a factor between 1 - LIMIT_SPREAD and 1, drawn afresh for each resource
+    def self.spread_factor
+      1.0 - (rand * LIMIT_SPREAD)
+    end
     # The running median of holds moves by this factor per checkin, up after a longer hold and
     # down after a shorter one. A median, not a mean: in a burst the first holders keep their
     # resources while the burst is being started (tens of ms) and the rest for microseconds,
@@ -83,8 +98,10 @@ module Weft
     # @param acquire_timeout [Numeric, nil] default seconds #checkout waits for a free resource
     #   (nil: forever); `timeout:` is its deprecated old name
     # @param idle_timeout [Numeric, nil] retire a resource unused for this long
-    # @param max_uses [Integer, nil] retire a resource after this many checkouts
-    # @param max_age [Numeric, nil] retire a resource this many seconds after its creation
+    # @param max_uses [Integer, nil] retire a resource after this many checkouts, at most
+    #   (LIMIT_SPREAD)
+    # @param max_age [Numeric, nil] retire a resource this many seconds after its creation, at
+    #   most (LIMIT_SPREAD)
     # @param check [#call, nil] called with an idle resource before it is handed out; a falsy
     #   answer retires it (e.g. a socket the peer has closed)
     # @param close [#call, nil] called with each resource the pool retires
@@ -415,7 +432,7 @@ module Weft
       now = Timers.now
       @mutex.synchronize do
         @created += 1
-        @busy[resource] = Entry.new(resource, now, now, 1, now)
+        @busy[resource] = Entry.new(resource, now, now, 1, now, Pool.spread_factor)
         @creating -= 1
         took = now - started
         @create_time = @create_time ? @create_time + (took - @create_time) * CREATE_WEIGHT : took
@@ -444,11 +461,15 @@ module Weft
     end
 
     def expired?(entry, now)
-      (@idle_timeout && now - entry.used_at >= @idle_timeout) || (@max_age && now - entry.created_at >= @max_age)
+      (@idle_timeout && now - entry.used_at >= @idle_timeout) || too_old?(entry, now)
     end
 
     def worn_out?(entry, now)
-      (@max_uses && entry.uses >= @max_uses) || (@max_age && now - entry.created_at >= @max_age)
+      (@max_uses && entry.uses >= @max_uses * entry.limit_factor) || too_old?(entry, now)
+    end
+
+    def too_old?(entry, now)
+      @max_age && now - entry.created_at >= @max_age * entry.limit_factor
     end
 
     def close_resource(resource)

@@ -4,6 +4,7 @@ require "pg"
 require "socket"
 require_relative "errors"
 require_relative "../timers"
+require_relative "../pool"
 
 module Weft
   module Postgres
@@ -49,6 +50,7 @@ module Weft
         @raw = raw
         @pid = Process.pid
         @opened_at = Timers.now
+        @age_factor = Weft::Pool.spread_factor
         @released_at = @opened_at
         @pipelined = false
         @pipeline = nil
@@ -112,6 +114,14 @@ module Weft
       # @return [Float] seconds since the connection was opened
       def age
         Timers.now - @opened_at
+      end
+
+      # @param max_age [Numeric] the pool's max_age
+      # @return [Boolean] whether the connection has lived past its own share of `max_age`:
+      #   a point between 90% and 100% of it drawn when it opened (Weft::Pool::LIMIT_SPREAD),
+      #   so that connections opened together are not all replaced together
+      def outlived?(max_age)
+        age > max_age * @age_factor
       end
 
       # @return [Float] seconds since the connection was last given back
