@@ -171,6 +171,30 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 0, shared_pool.statistics[:pinned]
   end
 
+  # A SET LOCAL outside a transaction changes nothing on a connection of its own (PostgreSQL
+  # warns), but sent to the shared pool it joined a pipeline segment's implicit transaction,
+  # which other fibers' statements share: they ran with its setting. Rails 7.2 sends
+  # exec_query's statements that way (exec_params); 8.1 sends this one in the simple protocol,
+  # which leases.
+  def test_set_local_outside_a_transaction_does_not_reach_other_fibers_statements
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1))
+    seen = Weft.run do
+      Array.new(5) do # rounds of 30 fibers, two of which send SET LOCAL amid the others' statements
+        tasks = Array.new(30) do |fiber|
+          Weft.spawn do
+            ActiveRecord::Base.connection_pool.with_connection do |conn|
+              next conn.exec_query("SET LOCAL statement_timeout = 4325") && nil if [5, 15].include?(fiber)
+              conn.select_value("SELECT current_setting('statement_timeout')")
+            end
+          end
+        end
+        tasks.map(&:wait).compact
+      end.flatten
+    end
+    assert_operator shared_pool.statistics[:pipelined], :>, 100, "the statements were not pipelined"
+    assert_equal({ "0" => 140 }, seen.tally)
+  end
+
   # `execute` (and on Rails 8.1 every query: it sends those without binds in the simple
   # protocol) shares the pool when the text is one statement that reads or writes rows; several
   # statements and DDL run in the simple protocol on a connection leased for them.

@@ -57,4 +57,14 @@ class PostgresStatementScopeTest < Minitest::Test
       "SELECT * FROM pg_temp_3.t", "SELECT 'x' AS template", "UPDATE docs SET body = 'do it'"
     ].each { |sql| refute SCOPE.session_state?(sql), sql }
   end
+
+  # A transaction's start, and settings of the transaction under way (on a shared connection,
+  # the pipeline segment's).
+  def test_transaction_statements
+    ["BEGIN", "start transaction", "SET LOCAL x.y = 1", "/* t */ set local statement_timeout = 5",
+     "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET CONSTRAINTS ALL DEFERRED"]
+      .each { |sql| assert SCOPE.transaction_statement?(sql), sql }
+    ["SET x.y = 1", "SELECT set_config('x.y', '1', true)", "UPDATE t SET a = 1", "SET local_x.y = 1", "COMMIT"]
+      .each { |sql| refute SCOPE.transaction_statement?(sql), sql }
+  end
 end
