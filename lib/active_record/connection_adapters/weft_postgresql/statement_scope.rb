@@ -4,8 +4,9 @@ module ActiveRecord
   module ConnectionAdapters
     module WeftPostgreSQL
       # Which statements cannot share a connection with other callers' statements: those that
-      # open a transaction (the statements that follow belong to it) and those that leave state
-      # in the session (the next caller on that connection would inherit it). The adapter runs
+      # open a transaction (the statements that follow belong to it) or set the one under way (a
+      # shared connection's is its pipeline segment's), and those that leave state in the session
+      # (the next caller on that connection would inherit it). The adapter runs
       # these on a connection of its own (see RoutedConnection).
       #
       # The test is on the SQL text, so it is deliberately broad: a false match only costs a
