@@ -280,6 +280,75 @@ class PoolTest < Minitest::Test
     assert_equal 3, stats[:created]
   end
 
+  # The waiter watching for returns (the one whose wait is a creation's time) is served by a
+  # return: another waiter takes the watch up. Before, the others waited for a return that did
+  # not come (both resources now held for good) until their acquire_timeout (the HTTP client's
+  # is its connect_timeout, 10 s), or for good without one, though the pool could grow.
+  def test_the_watch_passes_on_when_the_watching_waiter_is_served
+    pool = Weft::Pool.new(limit: 10, max_creating: 2) do
+      sleep 0.2 # creations take far longer than the quick holds below
+      Object.new
+    end
+    Weft.run do
+      3.times { Weft.map(1..2) { pool.with { sleep 0.001 } } }
+      first, second = 2.times.map { pool.checkout }
+      watcher = Weft.spawn { pool.checkout(acquire_timeout: 3) } # waits a creation's time for a return
+      other = Weft.spawn { pool.checkout(acquire_timeout: 3) }   # waits behind it
+      sleep 0.02
+      assert_equal 2, pool.statistics[:waiting]
+      pool.checkin(first) # goes to the watcher
+      assert_equal first, watcher.wait
+      fresh = assert_elapsed_under(1.5) { other.wait } # a watch and a creation: 0.4 s
+      refute_includes [first, second], fresh
+    end
+    assert_equal 3, pool.statistics[:created]
+  end
+
+  # A creation that ends while waiters wait wakes one even when resources came back meanwhile:
+  # the waiters that took those are served, the one left must see that the pool may grow again.
+  def test_a_creation_that_ends_wakes_a_waiter_even_after_returns
+    pool = Weft::Pool.new(limit: 10, max_creating: 1) do
+      sleep 0.2
+      Object.new
+    end
+    Weft.run do
+      3.times { pool.with { sleep 0.001 } }
+      held = pool.checkout
+      creator = Weft.spawn { pool.checkout } # watches 0.2 s, nothing comes back: creates (0.2 s)
+      sleep 0.3
+      waiters = 2.times.map { Weft.spawn { pool.checkout(acquire_timeout: 3) } } # a creation is in flight: they wait
+      sleep 0.02
+      pool.checkin(held) # the first waiter takes it, while the creation runs
+      creator.wait
+      assert_equal held, waiters.first.wait
+      fresh = assert_elapsed_under(1.5) { waiters.last.wait } # a watch and a creation: 0.4 s
+      refute_equal held, fresh
+    end
+    assert_equal 3, pool.statistics[:created]
+  end
+
+  # A checkout interrupted while it closes an expired resource (a close that waits, and the
+  # task is cancelled there) or while it checks an idle one gives its reservation back: before,
+  # the creation slot or the entry stayed taken for good, and at the limit every later checkout
+  # timed out.
+  def test_a_checkout_interrupted_in_a_close_or_a_check_gives_its_reservation_back
+    slow = ->(*) { sleep 0.2 }
+    closing = Weft::Pool.new(limit: 1, idle_timeout: 0.01, close: slow) { Object.new }
+    checking = Weft::Pool.new(limit: 1, check: ->(_) { slow.call || true }) { Object.new }
+    Weft.run do
+      [closing, checking].each do |pool|
+        pool.with { nil }
+        sleep 0.02 # closing's idle resource expires
+        task = Weft.spawn { pool.checkout }
+        sleep 0.05 # it waits in the close or the check
+        task.cancel
+        assert_nil task.wait
+        assert_equal 0, pool.statistics[:busy]
+        assert pool.checkout(acquire_timeout: 0.5)
+      end
+    end
+  end
+
   def test_discard_wakes_a_waiter_and_prune_and_clear
     pool, closed = build(limit: 1, idle_timeout: 0.05)
     held = pool.checkout

@@ -174,7 +174,7 @@ module Weft
       # block's frame, and this runs on every checkout.
       while true # rubocop:disable Style/InfiniteLoop
         entry, retired, returns = take_or_reserve(started, acquire_timeout)
-        retired.each { |stale| close_resource(stale) } unless retired.empty?
+        close_retired(retired, entry) unless retired.empty?
         return entry.resource if entry && usable?(entry)
         next if entry # the check rejected it: try again
 
@@ -315,8 +315,12 @@ module Weft
     # A checkout that waits although it could create trusts the figures, which can be stale
     # (an origin that has just slowed down). So one such waiter at a time watches (a timed
     # wait of one creation time; one, so that a burst of waiters is not woken once each): if
-    # nothing came back meanwhile, the pool grows on (@growing) until something does. Its time
-    # up, a checkout that may create does so rather than raise TimeoutError.
+    # nothing came back meanwhile, the pool grows on (@growing) until something does. The
+    # others wait for a wake-up (or their acquire_timeout), so a watcher that leaves the line
+    # other than to create (a return served it, it was cancelled) wakes one of them to take the
+    # watch up (#hand_on_watch): otherwise, if nothing came back after that, they would wait
+    # while the pool could grow. Its time up, a checkout that may create does so rather than
+    # raise TimeoutError.
     # @param started [Float, nil] when the checkout began (Timers.now), if it has a timeout
     # @param timeout [Numeric, nil] seconds it may wait in all
     # @return [Array(Entry or nil, Array, Integer)] the entry, expired resources to close, and
@@ -328,35 +332,42 @@ module Weft
         now = Timers.now
         retired = take_expired(now)
         deadline = nil
-        until (entry = @idle.pop) || (can_create = @size < @limit && @creating < @max_creating) && grow?
-          deadline ||= started && Deadline.new(started + timeout, timeout)
-          wait = deadline&.remaining
-          if wait && wait <= 0
-            break if can_create # time is up, but the pool may grow: no TimeoutError below the limit
+        watched = false # whether this checkout watched at some point
+        begin
+          until (entry = @idle.pop) || (can_create = @size < @limit && @creating < @max_creating) && grow?
+            deadline ||= started && Deadline.new(started + timeout, timeout)
+            wait = deadline&.remaining
+            if wait && wait <= 0
+              break if can_create # time is up, but the pool may grow: no TimeoutError below the limit
 
-            @timeouts += 1
-            raise TimeoutError, "no resource free in the pool within #{timeout}s (limit #{@limit})"
-          end
-          if can_create && !@watched
-            watching = @watched = true
-            returns = @returns
-            since = Timers.now
-            wait = @create_time if wait.nil? || @create_time < wait
-          end
-          @waiting += 1
-          begin
-            @available.wait(@mutex, wait)
-          ensure
-            @waiting -= 1
-            if watching
-              watching = @watched = false
-              # Nothing came back for as long as a creation takes: the figures are stale.
-              @growing = true if @returns == returns && Timers.now - since >= @create_time
+              @timeouts += 1
+              raise TimeoutError, "no resource free in the pool within #{timeout}s (limit #{@limit})"
             end
+            if can_create && !@watched
+              watching = watched = @watched = true
+              returns = @returns
+              since = Timers.now
+              wait = @create_time if wait.nil? || @create_time < wait
+            end
+            @waiting += 1
+            begin
+              @available.wait(@mutex, wait)
+            ensure
+              @waiting -= 1
+              if watching
+                watching = @watched = false
+                # Nothing came back for as long as a creation takes: the figures are stale.
+                @growing = true if @returns == returns && Timers.now - since >= @create_time
+              end
+            end
+            raise ClosedError, "the pool is closed" if @closed
+            now = nil
           end
-          raise ClosedError, "the pool is closed" if @closed
-          now = nil
+        rescue Exception # rubocop:disable Lint/RescueException
+          hand_on_watch if watched # timed out at the limit, cancelled, the pool closed
+          raise
         end
+        hand_on_watch if watched && entry # served by a return
         @checkouts += 1
         if entry
           entry.taken_at = now || Timers.now
@@ -368,6 +379,12 @@ module Weft
         end
         [entry, retired, @returns]
       end
+    end
+
+    # Under the lock: a watcher is leaving the line without creating (#take_or_reserve); one
+    # of the waiters left takes the watch up, unless one watches already.
+    def hand_on_watch
+      @available.signal if !@watched && @waiting.positive?
     end
 
     # Under the lock, when no resource is idle and one may be created: whether to create one
@@ -405,13 +422,29 @@ module Weft
         end
     end
 
-    # Runs the check outside the lock; a rejected entry is retired.
+    # Closes the resources a checkout found expired (#take_or_reserve), outside the lock. The
+    # checkout holds its entry or creation slot by then: if a close is interrupted (a close
+    # that waits on its socket, and the task is cancelled there), the reservation goes back
+    # before the error goes on. Kept, it was lost for good: the slot counted as a resource
+    # being created, and at the limit every later checkout timed out.
+    def close_retired(retired, entry)
+      retired.each { |stale| close_resource(stale) }
+    rescue Exception # rubocop:disable Lint/RescueException
+      entry ? checkin(entry.resource) : free_creation_slot
+      raise
+    end
+
+    # Runs the check outside the lock; a rejected entry is retired, and so is one whose check
+    # was interrupted (its state is unknown, and the checkout's reservation must go back).
     def usable?(entry)
       return true unless @check
       ok = begin
         @check.call(entry.resource)
       rescue StandardError
         false
+      rescue Exception # rubocop:disable Lint/RescueException
+        discard(entry.resource)
+        raise
       end
       discard(entry.resource) unless ok
       ok
@@ -422,11 +455,7 @@ module Weft
       started = Timers.now
       resource = @create.call(*args)
     rescue Exception # rubocop:disable Lint/RescueException
-      @mutex.synchronize do
-        @size -= 1
-        @creating -= 1
-        @available.signal
-      end
+      free_creation_slot
       raise
     else
       now = Timers.now
@@ -436,17 +465,29 @@ module Weft
         @creating -= 1
         took = now - started
         @create_time = @create_time ? @create_time + (took - @create_time) * CREATE_WEIGHT : took
-        # A creation slot is free. When nothing came back while this one was made, holders
-        # keep theirs longer than making one takes, whatever the figures say: the pool grows
-        # on (#grow?), and a waiting checkout is woken to make the next. When some came back,
-        # waiters are being served by returns (each wakes one) and the growth rule decides.
-        # (Without the cap, checkouts wait only at the limit, for resources.)
-        if @max_creating < @limit && @waiting.positive? && @returns == returns
-          @growing = true
+        # A creation slot is free: a waiting checkout is woken to look again. When nothing came
+        # back while this one was made, holders keep theirs longer than making one takes,
+        # whatever the figures say: the pool grows on (#grow?) and the woken one makes the
+        # next. When some came back, the waiters they woke took them, and the growth rule
+        # decides for the one woken now. It is woken all the same: a checkout that began to wait
+        # while max_creating were being created is not watching (#take_or_reserve), and if no
+        # return came it would wait until its acquire_timeout (or for good) while the pool could
+        # grow. (Without the cap, checkouts wait only at the limit, for resources.)
+        if @max_creating < @limit && @waiting.positive?
+          @growing = true if @returns == returns
           @available.signal
         end
       end
       resource
+    end
+
+    # Gives back the slot of a creation that failed or never began.
+    def free_creation_slot
+      @mutex.synchronize do
+        @size -= 1
+        @creating -= 1
+        @available.signal
+      end
     end
 
     # Under the lock: removes idle entries past their idle timeout or age.

@@ -132,6 +132,69 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     end
   end
 
+  # Session changes that StatementScope's text test missed, each through the real pool on its
+  # one connection: a second fiber's statement must not see the first fiber's session state,
+  # neither while the first holds its ActiveRecord connection nor after it gave it back.
+  def test_session_changes_do_not_leak_into_another_fibers_statements
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1))
+    timeout = ["SHOW statement_timeout", "0"]
+    temp_table = ->(name) { ["SELECT to_regclass('#{name}')::text", nil] }
+    cases = {
+      "SELECT 1 AS a INTO TEMP weft_leak_into" => temp_table.call("weft_leak_into"),
+      "CREATE TABLE pg_temp.weft_leak_qualified (a int)" => temp_table.call("weft_leak_qualified"),
+      "EXPLAIN ANALYZE CREATE TEMP TABLE weft_leak_explained AS SELECT 1" => temp_table.call("weft_leak_explained"),
+      "DO $$BEGIN SET statement_timeout = 4322; END$$" => timeout,
+      %(SELECT "set_config"('statement_timeout', '4323', false)) => timeout,
+      "SELECT pg_advisory_lock /* one */ (4324)" =>
+        ["SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()", 0]
+    }
+    seen = Weft.run do
+      cases.map do |sql, (probe, _)|
+        changer = Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection do |conn|
+            conn.execute(sql)
+            sleep 0.1 # keeps its ActiveRecord connection while the other fiber queries
+          end
+        end
+        prober = Weft.spawn do
+          sleep 0.02
+          ActiveRecord::Base.connection_pool.with_connection { |conn| conn.select_value(probe) }
+        end
+        changer.wait
+        prober.wait
+      end
+    end
+    cases.zip(seen).each do |(sql, (probe, clean)), value|
+      message = "#{sql} leaked into another fiber's statement (#{probe})"
+      clean.nil? ? assert_nil(value, message) : assert_equal(clean, value, message)
+    end
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
+  # A SET LOCAL outside a transaction changes nothing on a connection of its own (PostgreSQL
+  # warns), but sent to the shared pool it joined a pipeline segment's implicit transaction,
+  # which other fibers' statements share: they ran with its setting. Rails 7.2 sends
+  # exec_query's statements that way (exec_params); 8.1 sends this one in the simple protocol,
+  # which leases.
+  def test_set_local_outside_a_transaction_does_not_reach_other_fibers_statements
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1))
+    seen = Weft.run do
+      Array.new(5) do # rounds of 30 fibers, two of which send SET LOCAL amid the others' statements
+        tasks = Array.new(30) do |fiber|
+          Weft.spawn do
+            ActiveRecord::Base.connection_pool.with_connection do |conn|
+              next conn.exec_query("SET LOCAL statement_timeout = 4325") && nil if [5, 15].include?(fiber)
+              conn.select_value("SELECT current_setting('statement_timeout')")
+            end
+          end
+        end
+        tasks.map(&:wait).compact
+      end.flatten
+    end
+    assert_operator shared_pool.statistics[:pipelined], :>, 100, "the statements were not pipelined"
+    assert_equal({ "0" => 140 }, seen.tally)
+  end
+
   # `execute` (and on Rails 8.1 every query: it sends those without binds in the simple
   # protocol) shares the pool when the text is one statement that reads or writes rows; several
   # statements and DDL run in the simple protocol on a connection leased for them.

@@ -28,7 +28,7 @@ class PostgresStatementScopeTest < Minitest::Test
     [
       "SET search_path TO x", "  /* tag */ -- note\nset statement_timeout = 5", "RESET ALL", "DISCARD ALL", "LISTEN c",
       "CREATE TEMP TABLE t (a int)", "SELECT 1; SET x.y = 1", "SELECT 1;\n/* c */ create temporary table t (a int)",
-      "SELECT pg_advisory_lock(1)", "select set_config('x.y', '1', false)"
+      "SELECT pg_advisory_lock(1)", "select set_config('x.y', '1', false)", "/* a /* nested */ comment */ SET x.y = 1"
     ].each { |sql| assert SCOPE.session_state?(sql), sql }
   end
 
@@ -38,5 +38,33 @@ class PostgresStatementScopeTest < Minitest::Test
       %(INSERT INTO "posts" ("title") VALUES ('reset') RETURNING "id"), "SELECT 1; SET LOCAL x.y = 1",
       "SELECT pg_advisory_xact_lock(1)"
     ].each { |sql| refute SCOPE.session_state?(sql), sql }
+  end
+
+  # What the text test missed before: a DO block, temporary objects
+  # made other than by CREATE TEMP at a statement's start, session functions called quoted or
+  # with a comment before the parenthesis. Each leaked through the shared pool
+  # (active_record_adapter_test's test_session_changes_do_not_leak_into_another_fibers_statements).
+  def test_session_state_the_text_test_used_to_miss
+    [
+      "DO $$BEGIN SET search_path TO x; END$$", "do $$ begin perform 1; end $$",
+      "SELECT 1 AS a INTO TEMP t", "select * into temporary table t from u", "CREATE TABLE pg_temp.t (a int)",
+      "CREATE VIEW PG_TEMP.v AS SELECT 1", "EXPLAIN ANALYZE CREATE TEMP TABLE t AS SELECT 1",
+      %(SELECT "set_config"('x.y', '1', false)), "SELECT pg_catalog.set_config /* c */ ('x.y', '1', false)",
+      "WITH s AS (SELECT pg_try_advisory_lock_shared(1)) SELECT * FROM s", "sElEcT PG_ADVISORY_LOCK(1)", "Set Role app"
+    ].each { |sql| assert SCOPE.session_state?(sql), sql }
+    [
+      "INSERT INTO temperature (c) VALUES (1)", %(INSERT INTO "temp" ("a") VALUES (1)), "CREATE TABLE templates (a int)",
+      "SELECT * FROM pg_temp_3.t", "SELECT 'x' AS template", "UPDATE docs SET body = 'do it'"
+    ].each { |sql| refute SCOPE.session_state?(sql), sql }
+  end
+
+  # A transaction's start, and settings of the transaction under way (on a shared connection,
+  # the pipeline segment's).
+  def test_transaction_statements
+    ["BEGIN", "start transaction", "SET LOCAL x.y = 1", "/* t */ set local statement_timeout = 5",
+     "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET CONSTRAINTS ALL DEFERRED"]
+      .each { |sql| assert SCOPE.transaction_statement?(sql), sql }
+    ["SET x.y = 1", "SELECT set_config('x.y', '1', true)", "UPDATE t SET a = 1", "SET local_x.y = 1", "COMMIT"]
+      .each { |sql| refute SCOPE.transaction_statement?(sql), sql }
   end
 end

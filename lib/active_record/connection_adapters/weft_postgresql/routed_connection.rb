@@ -15,7 +15,9 @@ module ActiveRecord
       #   statements.
       # - A statement that opens a transaction (BEGIN) takes a connection for this adapter alone
       #   (Weft::Postgres::Pool#lease); everything after it runs there until the transaction has
-      #   ended (COMMIT, ROLLBACK), then the connection goes back.
+      #   ended (COMMIT, ROLLBACK), then the connection goes back. So does, for its round trip, a
+      #   SET LOCAL outside a transaction: on a shared connection it would hold for the other
+      #   statements of its pipeline segment (their implicit transaction).
       # - A statement that leaves state in the session (see StatementScope) takes a connection
       #   the same way and keeps it until #release, which ActiveRecord calls as the adapter goes
       #   back to its pool; the session is then cleared (DISCARD ALL) and set up anew.
@@ -46,7 +48,7 @@ module ActiveRecord
         # @return [PG::Result]
         def exec_params(sql, params = [])
           params = encode(params)
-          if @lease || StatementScope.transaction_start?(sql) || StatementScope.session_state?(sql)
+          if @lease || StatementScope.transaction_statement?(sql) || StatementScope.session_state?(sql)
             typed(on_lease(sql) { |lease| lease.exec_params(sql, params) })
           else
             typed(@database.pool.query(sql, *params))

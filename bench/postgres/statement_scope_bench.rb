@@ -1,0 +1,40 @@
+# frozen_string_literal: true
+
+# CPU per StatementScope.session_state? call on the SQL of the Rails app's request
+# (test/postgres/apps/rails_app, PostsController#create as Rails 8.1 sends it with prepared
+# statements off: values written into the text), in µs per statement. The adapter asks once or
+# twice for every statement it sends (RoutedConnection#exec_params, #async_exec, #on_lease).
+#
+#   ruby -Ilib bench/postgres/statement_scope_bench.rb [iterations] [rounds]
+#
+# Give another lib/ with -I to measure another version of the file (before/after a change).
+require "active_record/connection_adapters/weft_postgresql/statement_scope"
+
+SQL = [
+  %(SELECT "authors".* FROM "authors" WHERE "authors"."id" = 17 LIMIT 1),
+  "BEGIN",
+  %(SELECT 1 AS one FROM "posts" WHERE "posts"."title" = 'post 48213 from fiber 117' LIMIT 1),
+  %(INSERT INTO "posts" ("author_id", "title", "created_at", "updated_at") VALUES (17, 'post 48213 from fiber 117', ) +
+    %('2026-12-07 03:05:12.345678', '2026-12-07 03:05:12.345678') RETURNING "id"),
+  "COMMIT",
+  %(SELECT "posts".* FROM "posts" WHERE "posts"."author_id" = 17 ORDER BY "posts"."created_at" DESC LIMIT 5),
+  %(SELECT "authors".* FROM "authors" WHERE "authors"."id" = 17),
+  "SELECT pg_sleep(0.05)"
+].map(&:freeze).freeze
+
+scope = ActiveRecord::ConnectionAdapters::WeftPostgreSQL::StatementScope
+iterations = Integer(ARGV[0] || 200_000)
+rounds = Integer(ARGV[1] || 5)
+raise "a statement of the app counts as session state" if SQL.any? { |sql| scope.session_state?(sql) }
+
+puts "#{RUBY_DESCRIPTION}, #{$LOADED_FEATURES.grep(/statement_scope/).first}"
+rounds.times do
+  started = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+  i = 0
+  while i < iterations
+    SQL.each { |sql| scope.session_state?(sql) }
+    i += 1
+  end
+  cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - started
+  printf("%.3f µs per statement\n", cpu / (iterations * SQL.size) * 1e6)
+end
