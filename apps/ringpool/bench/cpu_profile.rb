@@ -251,7 +251,8 @@ module RingpoolCpuProfile
     out << "`bundle exec ruby apps/ringpool/bench/cpu_profile.rb #{requests} #{connections}` at " \
            "#{Time.now.utc.strftime('%Y-%m-%d %H:%M UTC')}, commit #{`git -C #{ROOT} rev-parse --short HEAD`.strip}; " \
            "#{config.shards} shards, #{config.pools} pools, #{config.items} items per request, load average before " \
-           "#{measured[:load]}; #{RUBY_DESCRIPTION}.\n\n"
+           "#{measured[:load]}; #{RUBY_DESCRIPTION}; GC settings given to the server: " \
+           "#{Ringpool::GCEnvironment.for.map { |name, value| "#{name}=#{value}" }.join(' ').then { |s| s.empty? ? 'none' : s }}.\n\n"
     answers = measured[:answers]
     items = %w[tracked exhausted shard_unavailable storage_unavailable item_errors].sum { |kind| answers[kind] }
     out << format("- **shards' CPU: %.0f µs per request** (%.1f µs per item); PostgreSQL %.0f µs per request\n", cpu, cpu / config.items,
