@@ -13,7 +13,7 @@ module Ringpool
   # a few thousand free slots, which ~250 objects a request fill every 20-25 requests. So a
   # shard ran a minor GC every ~20 requests, each sweeping a ~300,000-object heap (the pools'
   # numbers), ~20% of its CPU. A floor of 150,000 slots for that pool (24 MB at most per
-  # shard) made minor GCs ~5x rarer. Growing every pool after the shard has taken its pools
+  # shard) made minor GCs 2.5-5x rarer. Growing every pool after the shard has taken its pools
   # (Weft::Server::ForkHeap.settle in the worker, to 40% or 60% free) did not: room in
   # proportion to the objects held again. Ruby 3.1 has one heap, sized for everything at once.
   module GCEnvironment
