@@ -43,6 +43,7 @@ require "rbconfig"
 require "socket"
 require "time"
 require "timeout"
+require_relative "../../apps/ringpool/lib/ringpool/gc_environment"
 require_relative "../../test/support/postgres_cluster"
 require_relative "procfs"
 require_relative "jmeter"
@@ -88,7 +89,7 @@ module RingpoolBench
     # @return [String] the settings that differ from the defaults, for the report's command line
     def environment
       %w[RATES STEP_UP MAX_RATE STEP WARMUP RAMP HEADROOM POOLS SIZES LOCKOUT ITEMS BODIES SEED SHARDS SERVERS PUMA_THREADS
-         BREAK_P90 TIMEOUT_MS RINGPOOL_DEADLINE_MS FRONT FRONT_TIMEOUT_MS FRONT_CHECK_MS].filter_map { |name| "#{name}=#{ENV[name]}" if ENV[name] }.join(" ")
+         BREAK_P90 TIMEOUT_MS RINGPOOL_DEADLINE_MS FRONT FRONT_TIMEOUT_MS FRONT_CHECK_MS RINGPOOL_GC_ROOM].filter_map { |name| "#{name}=#{ENV[name]}" if ENV[name] }.join(" ")
     end
 
     private
@@ -160,11 +161,12 @@ module RingpoolBench
       self
     end
 
-    # @return [Hash{String => String}] the server's environment (a subclass may add to it)
+    # @return [Hash{String => String}] the server's environment (a subclass may add to it), with
+    #   ringpool's GC settings (Ringpool::GCEnvironment; RINGPOOL_GC_ROOM=0: Ruby's defaults)
     def environment(port)
       { "DATABASE_URL" => @database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{port}",
         "RINGPOOL_SHARDS" => @shards.to_s, "RINGPOOL_SOCKET_DIR" => File.join(@dir, "sockets"),
-        "PUMA_THREADS" => @threads.to_s }
+        "PUMA_THREADS" => @threads.to_s }.merge(Ringpool::GCEnvironment.for)
     end
 
     # @return [Array<String>] the command line after `ruby`, PORT and SHARDS filled in

@@ -5,7 +5,8 @@
 #   bundle exec ruby apps/ringpool/bench/cpu_profile.rb [requests] [connections]
 #       (defaults 4000 requests, 8 keep-alive connections; environment: POOLS, SIZES, ITEMS,
 #        LOCKOUT, BODIES, SEED as bench/ringpool/run reads them, SHARDS=2, WARMUP_REQUESTS=2000,
-#        RINGPOOL_PROFILE_INTERVAL_US=500, OUT=file to also write the report to)
+#        RINGPOOL_PROFILE_INTERVAL_US=500, OUT=file to also write the report to, PROFILE=cpu,
+#        allocations or none: what step 3 does)
 #
 # What it does:
 # 1. A private PostgreSQL (test/support/postgres_cluster.rb) and ringpool under `weft serve`
@@ -24,6 +25,9 @@
 #    the public request, the peer request a shard serves for another, the group commit task,
 #    or Weft's server and reactor outside the app. µs per request = share of samples × the CPU
 #    per request of step 2 (the profiled run itself is slower by the sampling).
+#    With PROFILE=allocations, step 3 counts instead the objects every shard allocates, by
+#    class and site (ObjectSpace's allocation tracing, the GC off meanwhile), per request;
+#    PROFILE=none skips it (for repeated timings).
 #
 # The load generator and PostgreSQL run on the same machine: the CPU per request, not a rate,
 # is the figure to compare between checkouts (it hardly moves with the machine's load).
@@ -75,7 +79,7 @@ module RingpoolCpuProfile
 
     # @return [Hash{String => String}] where the shards write their profiles
     def environment(port)
-      super(port).merge("RINGPOOL_PROFILE_DIR" => @dir)
+      super(port).merge("RINGPOOL_PROFILE_DIR" => @dir, "RINGPOOL_PROFILE_MODE" => RingpoolCpuProfile.mode == "allocations" ? "allocations" : "cpu")
     end
 
     # @return [Array<String>] `weft serve` with the profiling config
@@ -105,6 +109,13 @@ module RingpoolCpuProfile
 
   module_function
 
+  # @return [String] what step 3 does: cpu, allocations or none (PROFILE)
+  def mode
+    ENV.fetch("PROFILE", "cpu").tap do |mode|
+      raise ArgumentError, "PROFILE is cpu, allocations or none, not #{mode.inspect}" unless %w[cpu allocations none].include?(mode)
+    end
+  end
+
   def run(requests, connections)
     config = RingpoolBench::Config.new(ENV.to_h.merge("SERVERS" => "weft", "SHARDS" => ENV.fetch("SHARDS", "2")))
     FileUtils.rm_rf(TMP)
@@ -121,7 +132,7 @@ module RingpoolCpuProfile
 
     wrk(server.port, connections, Integer(ENV.fetch("WARMUP_REQUESTS", "2000")), bodies)
     measured = measure(server, postmaster, requests, connections, bodies)
-    profile = profile(server, requests, connections, bodies)
+    profile = mode == "none" ? nil : profile(server, requests, connections, bodies)
     report = report(config, requests, connections, measured, profile)
     puts report
     File.write(ENV["OUT"], report) if ENV["OUT"]
@@ -147,30 +158,41 @@ module RingpoolCpuProfile
     { cpu_us: (after[0] - before[0]) * 1e6 / answers["answered"], postgres_us: (after[1] - before[1]) * 1e6 / answers["answered"],
       objects: per_request.call("objects"), peer_calls: peer_calls.fdiv(answers["answered"]),
       minor_gc: per_request.call("minor_gc"), major_gc: per_request.call("major_gc"), gc_ms: per_request.call("gc_ms"),
-      answers: answers, load: load_before }
+      heap: after_counters.slice(*HEAP), pools: after_counters["pools"], answers: answers, load: load_before }
   end
 
   COUNTERS = %w[objects minor_gc major_gc gc_ms].freeze
+  # The heap when the measured requests have ended: slots, live ones, free ones, old objects.
+  HEAP = %w[heap_slots heap_live heap_free old_objects].freeze
 
   # @return [Hash{String => Numeric}] objects allocated, GC runs (minor, major) and milliseconds
-  #   in GC so far, summed over every shard (their last counters lines)
+  #   in GC so far, and the heap now, summed over every shard (their last counters lines);
+  #   "pools": each shard's size pools (Ruby 3.2+), slot size => [slots, live]
   def read_counters
     lines = Dir.glob(File.join(TMP, "counters-*.jsonl")).map { |path| JSON.parse(File.readlines(path).last) }
-    COUNTERS.to_h { |key| [key, lines.sum { |line| line.fetch(key) }] }
+    (COUNTERS + HEAP).to_h { |key| [key, lines.sum { |line| line.fetch(key) }] }
+                     .merge("pools" => lines.map { |line| line["pools"] }.compact)
   end
 
-  # @return [Hash] StackProf's merged results (:frames, :raw) and wrk's counts
+  # @return [Hash] StackProf's merged results (:frames, :raw), or the allocation sites
+  #   (:sites, objects by "Class file:line" over every shard), and wrk's counts
   def profile(server, requests, connections, bodies)
-    Dir.glob(File.join(TMP, "stackprof-*.dump")).each { |path| File.delete(path) }
+    pattern = File.join(TMP, mode == "allocations" ? "allocations-*.json" : "stackprof-*.dump")
+    Dir.glob(pattern).each { |path| File.delete(path) }
     shards = server.shards
     server.signal("USR1")
     answers = wrk(server.port, connections, requests, bodies)
     server.signal("USR1")
-    deadline = RingpoolBench.now + 30
+    deadline = RingpoolBench.now + 60
     paths = []
-    until (paths = Dir.glob(File.join(TMP, "stackprof-*.dump"))).size == shards.size
-      raise "StackProf results missing from the shards" if RingpoolBench.now > deadline
+    until (paths = Dir.glob(pattern)).size == shards.size
+      raise "profiles missing from the shards" if RingpoolBench.now > deadline
       sleep 0.2
+    end
+    if mode == "allocations"
+      sites = Hash.new(0)
+      paths.each { |path| JSON.parse(File.read(path)).each { |site, count| sites[site] += count } }
+      return { sites: sites, answers: answers }
     end
     results = paths.map { |path| Marshal.load(File.binread(path)) } # rubocop:disable Security/MarshalLoad (our own shards)
     { results: results, answers: answers }
@@ -229,7 +251,8 @@ module RingpoolCpuProfile
     out << "`bundle exec ruby apps/ringpool/bench/cpu_profile.rb #{requests} #{connections}` at " \
            "#{Time.now.utc.strftime('%Y-%m-%d %H:%M UTC')}, commit #{`git -C #{ROOT} rev-parse --short HEAD`.strip}; " \
            "#{config.shards} shards, #{config.pools} pools, #{config.items} items per request, load average before " \
-           "#{measured[:load]}; #{RUBY_DESCRIPTION}.\n\n"
+           "#{measured[:load]}; #{RUBY_DESCRIPTION}; GC settings given to the server: " \
+           "#{Ringpool::GCEnvironment.for.map { |name, value| "#{name}=#{value}" }.join(' ').then { |s| s.empty? ? 'none' : s }}.\n\n"
     answers = measured[:answers]
     items = %w[tracked exhausted shard_unavailable storage_unavailable item_errors].sum { |kind| answers[kind] }
     out << format("- **shards' CPU: %.0f µs per request** (%.1f µs per item); PostgreSQL %.0f µs per request\n", cpu, cpu / config.items,
@@ -238,8 +261,18 @@ module RingpoolCpuProfile
     gc_runs = measured[:minor_gc] + measured[:major_gc]
     out << format("- GC in the shards: %.0f µs per request; %.2f minor and %.3f major runs per request (%.1f ms a run on average)\n",
                   measured[:gc_ms] * 1000, measured[:minor_gc], measured[:major_gc], gc_runs.positive? ? measured[:gc_ms] / gc_runs : 0)
+    heap = measured[:heap]
+    out << format("- the shards' heaps after it, together: %d slots, %d live (%d old), %d free (%.0f%%)\n", heap["heap_slots"],
+                  heap["heap_live"], heap["old_objects"], heap["heap_free"], 100.0 * heap["heap_free"] / heap["heap_slots"])
+    measured[:pools].each_with_index do |pools, index|
+      out << "  - shard #{index + 1}'s size pools (slots / live): " <<
+        pools.map { |size, (slots, live)| "#{size} B #{slots} / #{live}" }.join(", ") << "\n"
+    end
     out << format("- answers: %d requests, %d failed; items %s\n", answers["answered"], answers["failed"],
                   %w[tracked exhausted shard_unavailable storage_unavailable item_errors].map { |kind| "#{kind} #{(100.0 * answers[kind] / items).round(1)}%" }.join(", "))
+    return out if profile.nil?
+    return out << allocation_sites(profile) if profile[:sites]
+
     stacks = samples(profile[:results])
     by_side, by_stage, total = breakdown(stacks)
     out << format("\nStackProf (cpu mode, every %s µs, both shards; %d samples over %d requests; degraded items while profiled: %d):\n\n",
@@ -260,6 +293,22 @@ module RingpoolCpuProfile
       out << format("- %.1f%% %s\n", 100.0 * count / total, name)
     end
     out
+  end
+
+  # The allocation sites with 0.5 objects per request or more, and the rest summed.
+  def allocation_sites(profile)
+    requests = profile[:answers]["answered"].to_f
+    total = profile[:sites].each_value.sum
+    out = format("\nObjects allocated per request by class and site (ObjectSpace's allocation tracing, the GC off, " \
+                 "both shards; %.0f per request over %d requests; an object made in C is charged to the Ruby line " \
+                 "that called into C):\n\n", total / requests, requests)
+    shown = 0
+    profile[:sites].sort_by { |_, count| -count }.each do |site, count|
+      break if count < requests / 2
+      shown += count
+      out << format("- %.1f %s\n", count / requests, site)
+    end
+    out << format("- %.1f at other sites\n", (total - shown) / requests)
   end
 end
 

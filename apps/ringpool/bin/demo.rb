@@ -14,6 +14,7 @@ require "json"
 require "net/http"
 require "weft"
 require "weft/http"
+require File.join(root, "apps/ringpool/lib/ringpool/gc_environment")
 
 $stdout.sync = true
 port = Integer(ENV.fetch("PORT", "9393"))
@@ -36,7 +37,7 @@ database_url = cluster.create_database("ringpool")
 env = {
   "DATABASE_URL" => database_url, "RINGPOOL_BIND" => "tcp://127.0.0.1:#{port}", "RINGPOOL_SHARDS" => shards.to_s,
   "RINGPOOL_SOCKET_DIR" => File.join(root, "tmp/demo/sockets")
-}
+}.merge(Ringpool::GCEnvironment.for)
 server = Process.spawn(env, RbConfig.ruby, File.join(root, "exe/weft"), "serve", "-C", File.join(root, "apps/ringpool/config/weft.rb"))
 
 # The first shard to start creates the schema; the pools are made through the API, once.

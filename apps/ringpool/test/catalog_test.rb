@@ -56,6 +56,18 @@ class RingpoolCatalogTest < Minitest::Test
     assert_equal [1, 2, 3], @catalog.ids.sort
   end
 
+  # A refresh reads the pools of the last SETTLE seconds again every tick: the objects held stay,
+  # so that a fresh copy of each does not live a tick, get promoted and die old.
+  def test_a_refresh_keeps_the_objects_of_pools_it_knows
+    @store.show(1, 2)
+    @catalog.refresh
+    held = @catalog[1]
+    @now += 1
+    @catalog.refresh
+    assert_equal [0, 0], @store.afters, "not settled yet: the second refresh read pool 1 again"
+    assert_same held, @catalog[1]
+  end
+
   def test_resolve_looks_up_unknown_ids_at_once
     @store.show(5, 6)
     @catalog.resolve([5, 5, 7])

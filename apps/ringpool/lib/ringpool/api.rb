@@ -56,7 +56,7 @@ module Ringpool
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       entries = Validation.allocation_batch(body(env, MAX_ALLOCATIONS_BODY))
       results = @shard.allocate(entries)
-      answer = [200, JSON_HEADERS.dup, [%({"allocations":[#{results.map(&:to_json).join(',')}]})]]
+      answer = [200, JSON_HEADERS.dup, [%({"allocations":[#{results.map(&:public_json).join(',')}]})]]
       @shard.record(results, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
       answer
     end

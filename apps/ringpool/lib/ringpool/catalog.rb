@@ -55,7 +55,12 @@ module Ringpool
     # @param pool [RingPool]
     # @return [RingPool]
     def add(pool)
-      @unsaved = true unless @pools[pool.id] == pool
+      known = @pools[pool.id]
+      # The object held already stays when the pool is the same: a refresh reads every pool
+      # created in the last SETTLE seconds again, each tick, and new copies of all of them would
+      # live long enough to be promoted, then die old, making major GCs.
+      return known if known == pool
+      @unsaved = true
       @pools[pool.id] = pool
     end
 

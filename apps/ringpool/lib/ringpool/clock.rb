@@ -23,8 +23,8 @@ module Ringpool
     # @return [String] ISO 8601 in UTC with microseconds, which PostgreSQL parses as timestamptz
     #   ("2024-05-01T12:01:00.000000Z", Time#iso8601(6)'s form)
     def self.iso8601(microseconds)
-      seconds, fraction = microseconds.divmod(1_000_000)
-      "#{second_prefix(seconds)}#{(1_000_000 + fraction).to_s[1, 6]}Z"
+      # One string made: divmod's pair, the digits and their padding would be three more.
+      format("%s%06dZ", second_prefix(microseconds / 1_000_000), microseconds % 1_000_000)
     end
 
     # @return [String] the ISO 8601 of a whole second up to its decimal point

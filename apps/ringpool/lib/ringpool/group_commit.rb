@@ -83,7 +83,7 @@ module Ringpool
       return if live.empty?
       rows = live.size == 1 ? live.first.rows : live.flat_map(&:rows)
       stored = Weft.timeout(@timeout) { @store.record(rows) }
-      outcome = stored.size == rows.size || stored.to_h { |key| [key, true] }
+      outcome = stored == true || stored.to_h { |key| [key, true] }
       live.each { |submission| submission.promise.fulfill(outcome) }
     rescue StandardError => e
       live&.each { |submission| submission.promise.reject(e) if submission.promise.pending? }

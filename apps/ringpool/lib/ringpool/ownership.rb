@@ -140,7 +140,7 @@ module Ringpool
     def resolve(ids)
       missing = ids.reject { |id| @allocator.owns?(id) || @routes.key?(id) || @unowned.key?(id) }.uniq
       return if missing.empty?
-      found = @store.db.query(ROUTES_OF, LOCK_CLASS, "{#{missing.join(',')}}").to_h { |row| [Integer(row["ring_pool_id"]), row["url"]] }
+      found = @store.db.query(ROUTES_OF, LOCK_CLASS, "{#{missing.join(',')}}").to_h { |row| route(row) }
       missing.each { |id| found[id] ? (@routes[id] = found[id]) : (@unowned[id] = true) }
     end
 
@@ -151,7 +151,7 @@ module Ringpool
     # @raise what the query raises
     def reroute(ids)
       ids = ids.uniq
-      found = @store.db.query(ROUTES_OF, LOCK_CLASS, "{#{ids.join(',')}}").to_h { |row| [Integer(row["ring_pool_id"]), row["url"]] }
+      found = @store.db.query(ROUTES_OF, LOCK_CLASS, "{#{ids.join(',')}}").to_h { |row| route(row) }
       ids.each { |id| found[id] ? (@routes[id] = found[id]) : @routes.delete(id) }
       found
     end
@@ -250,7 +250,14 @@ module Ringpool
 
     # @return [Hash{Integer => String}] pool id => owner URL
     def read_routes(conn)
-      conn.exec_params(ROUTES, [LOCK_CLASS]).to_h { |row| [Integer(row["ring_pool_id"]), row["url"]] }
+      conn.exec_params(ROUTES, [LOCK_CLASS]).to_h { |row| route(row) }
+    end
+
+    # A row of ROUTES as [pool id, owner URL]. The URL is Ruby's deduplicated copy: the table
+    # is read again every tick and kept until the next, long enough for a string per pool to be
+    # promoted to the old generation and then die there, a few thousand a second per shard.
+    def route(row)
+      [Integer(row["ring_pool_id"]), -row["url"]]
     end
 
     # Claims up to `wanted` of `orphans`, a chunk at a time, within CLAIM_BUDGET. Takeovers are

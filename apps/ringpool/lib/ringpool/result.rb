@@ -88,20 +88,30 @@ module Ringpool
       @kind == :overflow
     end
 
+    # The public answers of tracked and overflow items, written out directly (see #public_json).
+    TRACKED_JSON = %({"ring_pool":%d,"number":"%s","overflow":false,"lockout_until":"%s"})
+    OVERFLOW_JSON = %({"ring_pool":%d,"number":"%s","overflow":true,"reason":"%s","lockout_until":null})
+
     # The answer for the item in the public API's JSON (numbers are E.164 and reasons are
-    # REASONS: nothing in them needs escaping, so most answers are written out directly).
+    # REASONS: nothing in them needs escaping, so most answers are written out directly, by
+    # `format`, which makes only the answer: interpolation makes the id's digits too).
     # @return [String]
-    def to_json(*)
+    def public_json
       case @kind
-      when :tracked
-        %({"ring_pool":#{@ring_pool},"number":"#{@number}","overflow":false,"lockout_until":"#{Clock.iso8601(@locked_until)}"})
-      when :overflow
-        %({"ring_pool":#{@ring_pool},"number":"#{@number}","overflow":true,"reason":"#{@reason}","lockout_until":null})
+      when :tracked then format(TRACKED_JSON, @ring_pool, @number, Clock.iso8601(@locked_until))
+      when :overflow then format(OVERFLOW_JSON, @ring_pool, @number, @reason)
       when :error
         JSON.generate({ "ring_pool" => @ring_pool, "error" => @reason, "message" => @message })
       else
         %({"ring_pool":#{@ring_pool},"not_owner":true})
       end
+    end
+
+    # JSON.generate's hook: the public answer (#public_json, which the API calls itself: the
+    # hook's argument list would make an Array per item).
+    # @return [String]
+    def to_json(*)
+      public_json
     end
 
     # The answer in the compact shape shards send each other (PeerAPI), read back by
