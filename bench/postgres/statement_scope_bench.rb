@@ -7,8 +7,13 @@
 #
 #   ruby -Ilib bench/postgres/statement_scope_bench.rb [iterations] [rounds]
 #
-# Give another lib/ with -I to measure another version of the file (before/after a change).
-require "active_record/connection_adapters/weft_postgresql/statement_scope"
+# Give another lib/ with -I to measure another version of the file (before/after a change; one
+# from before it moved to lib/weft/postgres/ too).
+begin
+  require "weft/postgres/statement_scope"
+rescue LoadError # a lib/ from before it moved there from the ActiveRecord adapter
+  require "active_record/connection_adapters/weft_postgresql/statement_scope"
+end
 
 SQL = [
   %(SELECT "authors".* FROM "authors" WHERE "authors"."id" = 17 LIMIT 1),
@@ -22,7 +27,12 @@ SQL = [
   "SELECT pg_sleep(0.05)"
 ].map(&:freeze).freeze
 
-scope = ActiveRecord::ConnectionAdapters::WeftPostgreSQL::StatementScope
+scope =
+  if defined?(Weft::Postgres::StatementScope)
+    Weft::Postgres::StatementScope
+  else
+    ActiveRecord::ConnectionAdapters::WeftPostgreSQL::StatementScope
+  end
 iterations = Integer(ARGV[0] || 200_000)
 rounds = Integer(ARGV[1] || 5)
 raise "a statement of the app counts as session state" if SQL.any? { |sql| scope.session_state?(sql) }

@@ -1,12 +1,13 @@
 # frozen_string_literal: true
 
 require_relative "../test_helper"
-require "active_record/connection_adapters/weft_postgresql_adapter"
+require "weft/postgres/statement_scope"
 
-# Which SQL texts the weft_postgresql adapter may send through the shared pool's extended
-# protocol: one statement that reads or writes rows, with semicolons only inside quoting.
+# Which SQL texts may share a connection (Weft::Postgres::StatementScope, which Pool#query and
+# the ORM adapters ask): the weft_postgresql adapter sends through the shared pool's extended
+# protocol one statement that reads or writes rows, with semicolons only inside quoting.
 class PostgresStatementScopeTest < Minitest::Test
-  SCOPE = ActiveRecord::ConnectionAdapters::WeftPostgreSQL::StatementScope
+  SCOPE = Weft::Postgres::StatementScope
 
   def test_one_data_statement_with_semicolons_only_inside_quoting
     [
