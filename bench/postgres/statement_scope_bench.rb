@@ -5,7 +5,11 @@
 # statements off: values written into the text), in µs per statement. The adapter asks once or
 # twice for every statement it sends (RoutedConnection#exec_params, #async_exec, #on_lease).
 #
-#   ruby -Ilib bench/postgres/statement_scope_bench.rb [iterations] [rounds]
+#   ruby -Ilib bench/postgres/statement_scope_bench.rb [iterations] [rounds] [test]
+#
+# `test` is what is timed: session_state (the default), transaction_role (what Pool#query asks
+# of every statement: StatementScope.transaction_role), or begin_regexp (what Pool#query asked
+# before that: its own BEGIN regexp, for comparison).
 #
 # Give another lib/ with -I to measure another version of the file (before/after a change; one
 # from before it moved to lib/weft/postgres/ too).
@@ -35,14 +39,23 @@ scope =
   end
 iterations = Integer(ARGV[0] || 200_000)
 rounds = Integer(ARGV[1] || 5)
+test = ARGV[2] || "session_state"
+BEGIN_REGEXP = /\A\s*(?:begin|start\s+transaction)\b/i # Pool::TRANSACTION_START until it used StatementScope
+abort "unknown test #{test}: session_state, transaction_role or begin_regexp" unless
+  %w[session_state transaction_role begin_regexp].include?(test)
 raise "a statement of the app counts as session state" if SQL.any? { |sql| scope.session_state?(sql) }
 
-puts "#{RUBY_DESCRIPTION}, #{$LOADED_FEATURES.grep(/statement_scope/).first}"
+puts "#{RUBY_DESCRIPTION}, #{$LOADED_FEATURES.grep(/statement_scope/).first}, #{test}"
 rounds.times do
   started = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
   i = 0
   while i < iterations
-    SQL.each { |sql| scope.session_state?(sql) }
+    # A loop per test: a lambda called for each statement would add its call to every figure.
+    case test
+    when "session_state" then SQL.each { |sql| scope.session_state?(sql) }
+    when "transaction_role" then SQL.each { |sql| scope.transaction_role(sql) }
+    else SQL.each { |sql| sql.match?(BEGIN_REGEXP) }
+    end
     i += 1
   end
   cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - started

@@ -7,9 +7,10 @@ module Weft
     # set the one under way (on a shared connection that is its pipeline segment's implicit
     # transaction, which the other callers' statements of the segment share), and those that
     # leave state in the session (the next caller on that connection would inherit it).
-    # Pool#query runs settings of the transaction in a segment of their own; the ORM adapters
-    # (ActiveRecord's weft_postgresql, Sequel's weft_postgres) run such statements on a
-    # connection of their own.
+    # Pool#query runs settings of the transaction in a pipeline segment of their own (Sequel's
+    # weft_postgres adapter relies on that); ActiveRecord's weft_postgresql adapter runs each
+    # kind on a connection of its own (ActiveRecord::ConnectionAdapters::WeftPostgreSQL::
+    # RoutedConnection).
     #
     # The test is on the SQL text, so it is deliberately broad: a false match only costs a
     # connection held a little longer, a miss would leak state into the shared pool. Leading
@@ -28,6 +29,8 @@ module Weft
       # pipeline segment, which the other callers' statements of the segment share, and they
       # ran with the setting). One regexp: a call of one costs ~0.1 µs however little it reads.
       TRANSACTION_STATEMENT = /\A#{LEADING}(?:begin|start\s+transaction|set\s+(?:local|transaction|constraints))\b/i
+      # BEGIN, START TRANSACTION alone (told apart once TRANSACTION_STATEMENT matched).
+      TRANSACTION_START = /\A#{LEADING}(?:begin|start\s+transaction)\b/i
       # Commands whose effect outlives the statement: SET without LOCAL (and not SET TRANSACTION
       # or SET CONSTRAINTS, which end with the transaction), RESET, DISCARD, LISTEN, UNLISTEN,
       # PREPARE, DEALLOCATE, LOAD, DECLARE (a cursor WITH HOLD), and DO, whose block may do
@@ -76,6 +79,21 @@ module Weft
       #   sent outside a transaction then changes nothing, as PostgreSQL warns)
       def transaction_statement?(sql)
         TRANSACTION_STATEMENT.match?(sql)
+      end
+
+      # What a statement is to the transaction it runs in, for Pool#query, which sends one
+      # statement: one that opens a transaction (:start), one that sets the transaction under
+      # way (:setting: SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, or set_config anywhere in
+      # it, whose `is_local` argument the text may not show), or neither (nil). A literal
+      # search and one regexp on a statement that is neither (the usual answer).
+      # @param sql [String]
+      # @return [Symbol, nil] :start, :setting or nil
+      def transaction_role(sql)
+        if TRANSACTION_STATEMENT.match?(sql)
+          TRANSACTION_START.match?(sql) ? :start : :setting
+        elsif SET_CONFIG.match?(sql)
+          :setting
+        end
       end
 
       # @param sql [String]
