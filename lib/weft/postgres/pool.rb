@@ -678,8 +678,9 @@ module Weft
 
       # Sends the statement down a shared connection and waits for its result (under the lock).
       # One seen running long goes in a segment of its own, and nothing follows it down its
-      # connection until it ends (Pipeline#stalled?); so does, `alone`, a setting of the
-      # transaction (#query), whose segment's implicit transaction is then its own.
+      # connection until it ends (Pipeline#stalled?). One sent `alone` (a setting of the
+      # transaction: #query) goes in a segment of its own too, whose implicit transaction is then
+      # its own; statements follow it as usual.
       def pipelined(sql, params, alone)
         request = Request.take(sql, params)
         request.alone = true if alone
