@@ -5,10 +5,19 @@
 # statements off: values written into the text), in µs per statement. The adapter asks once or
 # twice for every statement it sends (RoutedConnection#exec_params, #async_exec, #on_lease).
 #
-#   ruby -Ilib bench/postgres/statement_scope_bench.rb [iterations] [rounds]
+#   ruby -Ilib bench/postgres/statement_scope_bench.rb [iterations] [rounds] [test]
 #
-# Give another lib/ with -I to measure another version of the file (before/after a change).
-require "active_record/connection_adapters/weft_postgresql/statement_scope"
+# `test` is what is timed: session_state (the default), transaction_role (what Pool#query asks
+# of every statement: StatementScope.transaction_role), or begin_regexp (what Pool#query asked
+# before that: its own BEGIN regexp, for comparison).
+#
+# Give another lib/ with -I to measure another version of the file (before/after a change; one
+# from before it moved to lib/weft/postgres/ too).
+begin
+  require "weft/postgres/statement_scope"
+rescue LoadError # a lib/ from before it moved there from the ActiveRecord adapter
+  require "active_record/connection_adapters/weft_postgresql/statement_scope"
+end
 
 SQL = [
   %(SELECT "authors".* FROM "authors" WHERE "authors"."id" = 17 LIMIT 1),
@@ -22,17 +31,31 @@ SQL = [
   "SELECT pg_sleep(0.05)"
 ].map(&:freeze).freeze
 
-scope = ActiveRecord::ConnectionAdapters::WeftPostgreSQL::StatementScope
+scope =
+  if defined?(Weft::Postgres::StatementScope)
+    Weft::Postgres::StatementScope
+  else
+    ActiveRecord::ConnectionAdapters::WeftPostgreSQL::StatementScope
+  end
 iterations = Integer(ARGV[0] || 200_000)
 rounds = Integer(ARGV[1] || 5)
+test = ARGV[2] || "session_state"
+BEGIN_REGEXP = /\A\s*(?:begin|start\s+transaction)\b/i # Pool::TRANSACTION_START until it used StatementScope
+abort "unknown test #{test}: session_state, transaction_role or begin_regexp" unless
+  %w[session_state transaction_role begin_regexp].include?(test)
 raise "a statement of the app counts as session state" if SQL.any? { |sql| scope.session_state?(sql) }
 
-puts "#{RUBY_DESCRIPTION}, #{$LOADED_FEATURES.grep(/statement_scope/).first}"
+puts "#{RUBY_DESCRIPTION}, #{$LOADED_FEATURES.grep(/statement_scope/).first}, #{test}"
 rounds.times do
   started = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
   i = 0
   while i < iterations
-    SQL.each { |sql| scope.session_state?(sql) }
+    # A loop per test: a lambda called for each statement would add its call to every figure.
+    case test
+    when "session_state" then SQL.each { |sql| scope.session_state?(sql) }
+    when "transaction_role" then SQL.each { |sql| scope.transaction_role(sql) }
+    else SQL.each { |sql| sql.match?(BEGIN_REGEXP) }
+    end
     i += 1
   end
   cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - started

@@ -14,6 +14,7 @@ require_relative "postgres/request"
 require_relative "postgres/background"
 require_relative "postgres/pipeline"
 require_relative "postgres/lease"
+require_relative "postgres/statement_scope"
 require_relative "postgres/pool"
 
 module Weft

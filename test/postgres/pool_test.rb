@@ -377,7 +377,30 @@ class PostgresPoolTest < Minitest::Test
     reactor do
       assert_raises(ArgumentError) { db.query("BEGIN") }
       assert_raises(ArgumentError) { db.query("  start transaction isolation level serializable") }
+      assert_raises(ArgumentError) { db.query("/* app:web */ BEGIN") }
     end
+  end
+
+  # A setting of the transaction under way (SET LOCAL, set_config(..., true)) sent outside a
+  # transaction changes nothing on a connection of its own (PostgreSQL warns); in a pipeline
+  # segment it held for the statements of other callers after it there (the segment's implicit
+  # transaction). It runs in a segment of its own, so its answer is as it would be alone.
+  def test_a_transaction_setting_does_not_reach_other_callers_statements
+    db = pool(limit: 1)
+    seen = reactor do
+      Array.new(5) do # rounds of 30 fibers, two of which send a setting amid the others' statements
+        settings = ["SET LOCAL statement_timeout = 4325", "SELECT set_config('statement_timeout', '4325', true)"]
+        tasks = Array.new(30) do |fiber|
+          Weft.spawn do
+            next db.query(settings[fiber / 15]) && nil if [5, 15].include?(fiber)
+            db.query("SELECT current_setting('statement_timeout')").getvalue(0, 0)
+          end
+        end
+        tasks.map(&:wait).compact
+      end.flatten
+    end
+    assert_operator db.statistics[:pipelined], :>, 100, "the statements were not pipelined"
+    assert_equal({ "0" => 140 }, seen.tally)
   end
 
   def test_old_option_names_still_work

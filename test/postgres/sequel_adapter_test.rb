@@ -277,6 +277,31 @@ class PostgresSequelAdapterTest < Minitest::Test
     assert_operator db.weft_pool.statistics[:connects], :<=, 2
   end
 
+  # Outside DB.transaction and DB.synchronize a statement goes through the Weft pool's #query;
+  # a setting of the transaction under way sent there (SET LOCAL, set_config(..., true)) held
+  # for the statements of other fibers in its pipeline segment (the segment's implicit
+  # transaction), where alone on a connection it changes nothing.
+  def test_a_transaction_setting_outside_a_transaction_does_not_reach_other_fibers_statements
+    db = sequel(limit: 1)
+    setting = Sequel.function(:current_setting, "statement_timeout")
+    seen = reactor(60) do
+      Array.new(5) do # rounds of 30 fibers, two of which send a setting amid the others' statements
+        tasks = Array.new(30) do |fiber|
+          Weft.spawn do
+            case fiber
+            when 5 then db.execute("SET LOCAL statement_timeout = 4325") && nil
+            when 15 then db.get(Sequel.function(:set_config, "statement_timeout", "4325", true)) && nil
+            else db.get(setting)
+            end
+          end
+        end
+        tasks.map(&:wait).compact
+      end.flatten
+    end
+    assert_operator db.weft_pool.statistics[:pipelined], :>, 100, "the statements were not pipelined"
+    assert_equal({ "0" => 140 }, seen.tally)
+  end
+
   def test_migrations_schema_and_models
     Sequel.extension :migration
     db = sequel(limit: 2)

@@ -1,12 +1,13 @@
 # frozen_string_literal: true
 
 require_relative "../test_helper"
-require "active_record/connection_adapters/weft_postgresql_adapter"
+require "weft/postgres/statement_scope"
 
-# Which SQL texts the weft_postgresql adapter may send through the shared pool's extended
-# protocol: one statement that reads or writes rows, with semicolons only inside quoting.
+# Which SQL texts may share a connection (Weft::Postgres::StatementScope, which Pool#query and
+# the ORM adapters ask): the weft_postgresql adapter sends through the shared pool's extended
+# protocol one statement that reads or writes rows, with semicolons only inside quoting.
 class PostgresStatementScopeTest < Minitest::Test
-  SCOPE = ActiveRecord::ConnectionAdapters::WeftPostgreSQL::StatementScope
+  SCOPE = Weft::Postgres::StatementScope
 
   def test_one_data_statement_with_semicolons_only_inside_quoting
     [
@@ -66,5 +67,19 @@ class PostgresStatementScopeTest < Minitest::Test
       .each { |sql| assert SCOPE.transaction_statement?(sql), sql }
     ["SET x.y = 1", "SELECT set_config('x.y', '1', true)", "UPDATE t SET a = 1", "SET local_x.y = 1", "COMMIT"]
       .each { |sql| refute SCOPE.transaction_statement?(sql), sql }
+  end
+
+  # What Pool#query asks of every statement: it refuses a transaction's start, and sends a
+  # setting of the transaction under way in a pipeline segment of its own.
+  def test_transaction_role
+    ["BEGIN", "  start transaction isolation level serializable", "-- tag\n/* app */ begin;"]
+      .each { |sql| assert_equal :start, SCOPE.transaction_role(sql), sql }
+    ["SET LOCAL x.y = 1", "/* t */ set local statement_timeout = 5", "SET TRANSACTION READ ONLY",
+     "SET CONSTRAINTS ALL DEFERRED", "SELECT set_config('x.y', '1', true)", "select SET_CONFIG($1, $2, $3)",
+     "SELECT 1 FROM t WHERE pg_catalog.set_config('x', 'y', false) IS NOT NULL"]
+      .each { |sql| assert_equal :setting, SCOPE.transaction_role(sql), sql }
+    ["SELECT 1", "SET x.y = 1", "UPDATE t SET local = 1", "SET local_x.y = 1", "COMMIT", "SELECT 'begin'",
+     "INSERT INTO t (a) VALUES ('set local')"]
+      .each { |sql| assert_nil SCOPE.transaction_role(sql), sql }
   end
 end

@@ -29,7 +29,9 @@ module Sequel
       end
 
       # Runs a statement. Outside DB.synchronize and DB.transaction it goes through the Weft
-      # pool's #query: one statement, on whichever connection the pool picks. Inside them, and
+      # pool's #query: one statement, on whichever connection the pool picks (a SET LOCAL or
+      # set_config in a pipeline segment of its own, so that it holds for no other fiber's
+      # statements: see Weft::Postgres::Pool#query). Inside them, and
       # for prepared statements (which live on one connection), it runs as the postgres adapter
       # runs it, on the connection the fiber holds.
       #

@@ -8,6 +8,7 @@ require_relative "pipeline"
 require_relative "request"
 require_relative "background"
 require_relative "lease"
+require_relative "statement_scope"
 require_relative "slow_statements"
 require_relative "server_time"
 require_relative "trace"
@@ -57,8 +58,8 @@ module Weft
       # usable again (cancel, drain, rollback) before it is closed instead.
       RESET_GRACE = 2.0
       # What Pool#query refuses: a transaction on a shared connection would swallow the
-      # statements of every caller behind it.
-      TRANSACTION_START = /\A\s*(?:begin|start\s+transaction)\b/i
+      # statements of every caller behind it. (Leading comments are skipped, query tags too.)
+      TRANSACTION_START = StatementScope::TRANSACTION_START
       # Outside a fiber scheduler, a deadline or Timeout reaches a thread as an exception raised
       # into it by another thread, at whatever it is doing. The pool lets it in only where it is
       # ready for it, like a fiber scheduler does, so it can never land between taking a
@@ -161,6 +162,13 @@ module Weft
       # connection with other callers' statements; otherwise it takes a connection for itself.
       # A fiber's own statements run in the order it issues them.
       #
+      # A setting of the transaction under way (SET LOCAL, SET TRANSACTION, SET CONSTRAINTS,
+      # set_config) runs in a pipeline segment of its own: a segment is one implicit transaction,
+      # and the other callers' statements after it in the segment would run with the setting.
+      # Alone, it changes nothing past its own statement, as on a connection of its own (where
+      # PostgreSQL warns about SET LOCAL outside a transaction); settings for several statements
+      # go inside #transaction or #with.
+      #
       # Under a deadline (Weft.deadline) the statement, and the wait for a connection, last no
       # longer than it leaves; when it passes, the statement is cancelled on the server (see
       # docs/postgres.md, "Deadlines").
@@ -174,7 +182,8 @@ module Weft
       # @raise [Weft::DeadlineExceeded] when the caller's deadline passes first
       # @raise [ConnectionError] when the server cannot be reached or the connection is lost
       def query(sql, *params)
-        raise ArgumentError, "Pool#query cannot open a transaction; use Pool#transaction" if sql.match?(TRANSACTION_START)
+        role = StatementScope.transaction_role(sql)
+        raise ArgumentError, "Pool#query cannot open a transaction; use Pool#transaction" if role == :start
         Deadline.current&.check!
         Trace.event(:query, nil, Trace.tag(sql)) if Trace::ON
         if (connection = pinned)
@@ -189,7 +198,7 @@ module Weft
         # One turn of the lock either takes a free connection (then the statement runs on it
         # outside the lock) or pipelines the statement.
         interruptible(AT_WAITS) do
-          outcome = locked { take_unpressed || pipelined(sql, params) }
+          outcome = locked { take_unpressed || pipelined(sql, params, role == :setting) }
           outcome.is_a?(Connection) ? run_alone(outcome, sql, params) : outcome
         end
       end
@@ -669,9 +678,12 @@ module Weft
 
       # Sends the statement down a shared connection and waits for its result (under the lock).
       # One seen running long goes in a segment of its own, and nothing follows it down its
-      # connection until it ends (Pipeline#stalled?).
-      def pipelined(sql, params)
+      # connection until it ends (Pipeline#stalled?). One sent `alone` (a setting of the
+      # transaction: #query) goes in a segment of its own too, whose implicit transaction is then
+      # its own; statements follow it as usual.
+      def pipelined(sql, params, alone)
         request = Request.take(sql, params)
+        request.alone = true if alone
         if @slow_statements.slow?(sql)
           request.slow = true
           request.alone = true

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "pg"
-require_relative "statement_scope"
+require_relative "../../../weft/postgres/statement_scope"
 
 module ActiveRecord
   module ConnectionAdapters
@@ -18,9 +18,10 @@ module ActiveRecord
       #   ended (COMMIT, ROLLBACK), then the connection goes back. So does, for its round trip, a
       #   SET LOCAL outside a transaction: on a shared connection it would hold for the other
       #   statements of its pipeline segment (their implicit transaction).
-      # - A statement that leaves state in the session (see StatementScope) takes a connection
-      #   the same way and keeps it until #release, which ActiveRecord calls as the adapter goes
-      #   back to its pool; the session is then cleared (DISCARD ALL) and set up anew.
+      # - A statement that leaves state in the session (see Weft::Postgres::StatementScope) takes
+      #   a connection the same way and keeps it until #release, which ActiveRecord calls as the
+      #   adapter goes back to its pool; the session is then cleared (DISCARD ALL) and set up
+      #   anew.
       # - Simple-protocol statements (#async_exec: `execute`, DDL, fixtures; possibly several
       #   statements in one string, which a pipeline cannot carry) run on a leased connection too,
       #   unless they are a single statement that reads or writes rows (Rails 8.1's queries).
@@ -28,6 +29,10 @@ module ActiveRecord
       # Results get the adapter's result type map, and parameters are encoded with its query
       # type map, as PG::Connection would do with its own.
       class RoutedConnection
+        # Tells from a statement's text where it may run (Weft's PostgreSQL component's own).
+        StatementScope = Weft::Postgres::StatementScope
+        private_constant :StatementScope
+
         # @return [PG::TypeMapByClass, nil] how parameters are encoded (set by the adapter)
         attr_accessor :type_map_for_queries
         # @return [PG::TypeMap, nil] how result values are decoded (set by the adapter)

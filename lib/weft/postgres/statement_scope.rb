@@ -1,0 +1,118 @@
+# frozen_string_literal: true
+
+module Weft
+  module Postgres
+    # Which statements cannot share a connection with other callers' statements, told from
+    # their text: those that open a transaction (the statements that follow belong to it) or
+    # set the one under way (on a shared connection that is its pipeline segment's implicit
+    # transaction, which the other callers' statements of the segment share), and those that
+    # leave state in the session (the next caller on that connection would inherit it).
+    # Pool#query runs settings of the transaction in a pipeline segment of their own (Sequel's
+    # weft_postgres adapter relies on that); ActiveRecord's weft_postgresql adapter runs each
+    # kind on a connection of its own (ActiveRecord::ConnectionAdapters::WeftPostgreSQL::
+    # RoutedConnection).
+    #
+    # The test is on the SQL text, so it is deliberately broad: a false match only costs a
+    # connection held a little longer, a miss would leak state into the shared pool. Leading
+    # comments (query log tags) are skipped; each statement of a multi-statement string counts.
+    # What it cannot see: a function or procedure of the application's own that changes the
+    # session (its body is not in the text); such a caller pins the session first
+    # (Pool#with, or the adapters' ways to it: ActiveRecord's raw_connection, DB.synchronize).
+    module StatementScope
+      # Whitespace and comments before a statement's first word (a nested block comment too:
+      # the lazy `.*?` extends to a later `*/` when the word after the first does not match).
+      LEADING = %r{(?:\s|--[^\n]*(?:\n|\z)|/\*.*?\*/)*}m
+      # Where a statement starts: the text's start or after a semicolon.
+      STATEMENT_START = /(?:\A|;)#{LEADING}/
+      # BEGIN, START TRANSACTION; SET LOCAL, SET TRANSACTION, SET CONSTRAINTS (settings of the
+      # transaction under way: on a shared connection that is the implicit transaction of a
+      # pipeline segment, which the other callers' statements of the segment share, and they
+      # ran with the setting). One regexp: a call of one costs ~0.1 µs however little it reads.
+      TRANSACTION_STATEMENT = /\A#{LEADING}(?:begin|start\s+transaction|set\s+(?:local|transaction|constraints))\b/i
+      # BEGIN, START TRANSACTION alone (told apart once TRANSACTION_STATEMENT matched).
+      TRANSACTION_START = /\A#{LEADING}(?:begin|start\s+transaction)\b/i
+      # Commands whose effect outlives the statement: SET without LOCAL (and not SET TRANSACTION
+      # or SET CONSTRAINTS, which end with the transaction), RESET, DISCARD, LISTEN, UNLISTEN,
+      # PREPARE, DEALLOCATE, LOAD, DECLARE (a cursor WITH HOLD), and DO, whose block may do
+      # any of these (in dynamic SQL too, out of this test's sight).
+      SESSION_WORD = /
+        set\b(?!\s+(?:local|transaction|constraints)\b)|reset\b|discard\b|listen\b|unlisten\b|
+        prepare\b|deallocate\b|load\b|declare\b|do\b
+      /ix
+      # One of them at the start of any statement of the text.
+      SESSION_COMMAND = /#{STATEMENT_START}(?:#{SESSION_WORD})/
+      # One of them at the text's start: all SESSION_COMMAND can find in a text without a
+      # semicolon, found without trying a match at every character (SESSION_COMMAND's search
+      # for a `;` or the start took ~1.4 µs on a Rails INSERT, and it runs for each statement).
+      FIRST_SESSION_COMMAND = /\A#{LEADING}(?:#{SESSION_WORD})/
+      # Functions whose effect outlives the statement, found by name however they are called
+      # (quoted, schema-qualified, a comment before the parenthesis): the session advisory
+      # locks (pg_advisory_lock, pg_try_advisory_lock and their _shared forms; not the _xact_
+      # ones) and set_config. One literal search each: an alternation of the names in one
+      # regexp tries a match at every character that could start one (~0.2 µs on the Rails
+      # app's statements, against ~0.07 µs per literal).
+      ADVISORY_LOCK = /advisory_lock/i
+      SET_CONFIG = /set_config/i
+      # Temporary objects, made anywhere in a statement: CREATE TEMP ... (after EXPLAIN
+      # ANALYZE, in a DO block too), SELECT ... INTO TEMP, and anything named in the session's
+      # own schema, pg_temp. Looked for only in a text that has TEMP in it (a literal search).
+      TEMP = /temp/i
+      TEMP_OBJECT = /
+        \bpg_temp\b|\binto\s+temp(?:orary)?\b|\bcreate\s+(?:or\s+replace\s+)?(?:(?:global|local)\s+)?temp(?:orary)?\b
+      /ix
+      # Statements that read or write rows (what ActiveRecord's queries are), as opposed to DDL
+      # and utility commands, some of which (CREATE DATABASE, VACUUM, CREATE INDEX
+      # CONCURRENTLY) refuse to run in the implicit transaction of a pipeline's segment.
+      DATA_STATEMENT = /\A#{LEADING}(?:select|insert|update|delete|with|values|table)\b/i
+      # Text in which a semicolon does not end a statement: string constants (E'' ones with
+      # backslash escapes), quoted identifiers, dollar-quoted strings and comments.
+      QUOTED = /
+        (?<![A-Za-z0-9_$])[eE]'(?:[^'\\]|\\.|'')*' | '(?:[^']|'')*' | "(?:[^"]|"")*" |
+        (?<![A-Za-z0-9_$])\$([A-Za-z_][A-Za-z0-9_]*|)\$.*?\$\1\$ | --[^\n]* | \/\*.*?\*\/
+      /mx
+
+      module_function
+
+      # @param sql [String]
+      # @return [Boolean] whether the statement opens a transaction or sets the one under way
+      #   (SET LOCAL and the like): either needs a connection of the caller's own (a setting
+      #   sent outside a transaction then changes nothing, as PostgreSQL warns)
+      def transaction_statement?(sql)
+        TRANSACTION_STATEMENT.match?(sql)
+      end
+
+      # What a statement is to the transaction it runs in, for Pool#query, which sends one
+      # statement: one that opens a transaction (:start), one that sets the transaction under
+      # way (:setting: SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, or set_config anywhere in
+      # it, whose `is_local` argument the text may not show), or neither (nil). A literal
+      # search and one regexp on a statement that is neither (the usual answer).
+      # @param sql [String]
+      # @return [Symbol, nil] :start, :setting or nil
+      def transaction_role(sql)
+        if TRANSACTION_STATEMENT.match?(sql)
+          TRANSACTION_START.match?(sql) ? :start : :setting
+        elsif SET_CONFIG.match?(sql)
+          :setting
+        end
+      end
+
+      # @param sql [String]
+      # @return [Boolean] whether the text is one statement that reads or writes rows, which
+      #   may then go through the extended protocol (it carries one statement only) and share
+      #   a pipelined connection. Errs towards false: quoting it cannot follow, like a nested
+      #   comment, leaves a semicolon in sight.
+      def single_data_statement?(sql)
+        return false unless DATA_STATEMENT.match?(sql)
+        return true unless sql.include?(";")
+        !sql.gsub(QUOTED, " ").sub(/;\s*\z/, "").include?(";")
+      end
+
+      # @param sql [String]
+      # @return [Boolean] whether the statement (or one of several) leaves state in the session
+      def session_state?(sql)
+        (sql.include?(";") ? SESSION_COMMAND : FIRST_SESSION_COMMAND).match?(sql) || ADVISORY_LOCK.match?(sql) ||
+          SET_CONFIG.match?(sql) || (TEMP.match?(sql) && TEMP_OBJECT.match?(sql))
+      end
+    end
+  end
+end
