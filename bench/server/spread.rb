@@ -14,7 +14,8 @@
 # worker's open connections, from /stats halfway through the run (the connection that asks is
 # one of them: counted, on the worker that answers it); each worker's requests over the run,
 # from /stats before and after (a worker publishes its figures once a second: the second read
-# waits 1.2 s). Printed as a Markdown table; the load average beside every row.
+# waits 1.2 s); how often a worker left a queued connection to its sibling (accepts_deferred).
+# Printed as a Markdown table; the load average beside every row.
 require_relative "../server"
 require "json"
 require "tmpdir"
@@ -32,9 +33,9 @@ module SpreadBench
     puts "#{RUBY_DESCRIPTION}; load at start #{load_average}"
     Dir.mktmpdir("weft-spread") do |dir|
       clusters = SETTINGS.to_h { |name, value| [name, start(dir, name, value)] }
-      clusters.each_value { |port, _| ServerBench.wrk(port, "/", 64, 1) } # warm-up
-      puts "| request | connections | spread | requests/s | p50 ms | p99 ms | connections per worker | requests per worker | load |"
-      puts "|---|---:|---|---:|---:|---:|---|---|---:|"
+      clusters.each_value { |port, _| wrk(port, "/", 64, 1) } # warm-up
+      puts "| request | connections | spread | requests/s | p50 ms | p99 ms | connections per worker | requests per worker | deferred | load |"
+      puts "|---|---:|---|---:|---:|---:|---|---|---:|---:|"
       PATHS.each do |path|
         CONNECTIONS.each do |connections|
           clusters.each { |name, (port, _)| puts row(path, connections, name, port) }
@@ -66,18 +67,29 @@ module SpreadBench
       sleep DURATION / 2.0
       workers(port)
     end
-    result = ServerBench.wrk(port, path, connections, DURATION)
+    result = wrk(port, path, connections, DURATION)
     open = halfway.value
     sleep 1.2 # each worker's published figures are up to a second old
     after = workers(port)
     pids = after.keys.sort
     open_counts = pids.map { |pid| open.dig(pid, :connections_open).to_i }
     requests = pids.map { |pid| after.dig(pid, :requests).to_i - before.dig(pid, :requests).to_i }
+    deferred = pids.sum { |pid| after.dig(pid, :accepts_deferred).to_i - before.dig(pid, :accepts_deferred).to_i }
     total = requests.sum.nonzero? || 1
-    format("| %s | %d | %s | %.0f | %.2f | %.2f | %s | %s | %s |", path, connections, name, result[:rps], result[:p50].to_f,
+    format("| %s | %d | %s | %.0f | %.2f | %.2f | %s | %s | %d | %s |", path, connections, name, result[:rps], result[:p50].to_f,
            result[:p99].to_f, open_counts.join(" / "),
            "#{requests.join(' / ')} (#{requests.map { |count| (100.0 * count / total).round }.join('/')}%)",
-           load_average)
+           deferred, load_average)
+  end
+
+  # @return [Hash] requests/s (successful responses only), p50 and p99 in ms
+  def wrk(port, path, connections, seconds)
+    output = IO.popen(["wrk", "-t1", "-c#{connections}", "-d#{seconds}s", "--latency", "--timeout", "10s",
+                       "http://127.0.0.1:#{port}#{path}"], err: %i[child out], &:read)
+    requests, elapsed = output.match(/(\d+) requests in ([\d.]+)s/).captures
+    failed = output[/Non-2xx or 3xx responses: (\d+)/, 1].to_i
+    warn output[/Socket errors: .+$/] if output.include?("Socket errors")
+    { rps: (requests.to_i - failed) / elapsed.to_f, p50: ServerBench.latency(output, "50%"), p99: ServerBench.latency(output, "99%") }
   end
 
   # @return [Hash] pid => that worker's statistics (symbol keys)

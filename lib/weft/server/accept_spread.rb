@@ -28,8 +28,8 @@ module Weft
     #   long reactor turn, or gone) is not waited for again until it accepts a connection of its
     #   own accord (its accepted count moves) or RETRY has passed: a sibling under SIGSTOP costs
     #   its peers one DELAY a RETRY, not one per connection. The RETRY is needed: the kernel
-    #   wakes the workers in the same order each time, so without waiting for it the sibling
-    #   may never be the first to accept (measured: 30 of 30 new connections to the other);
+    #   wakes the workers in the same order each time, so a sibling that is not waited for may
+    #   never be the first to accept (measured: 30 of 30 new connections to the other);
     # - a worker with no sibling, or at most MARGIN - 1 above every one (an idle worker, the
     #   single process of `-w 0`, which has no AcceptSpread at all), accepts at once, greedily,
     #   as without it.
@@ -47,9 +47,14 @@ module Weft
       # ...and the fraction of the sibling's connections it must be above by, so that two
       # workers sharing a burst of hundreds take turns of many connections, not of MARGIN.
       TOLERANCE = 0.25
-      # Seconds a heavier worker leaves a queued connection to a lighter sibling at most.
-      # Puma's wait_for_less_busy_worker waits 5 ms too.
-      DELAY = 0.005
+      # Seconds a heavier worker leaves a queued connection to a lighter sibling at most. Puma's
+      # wait_for_less_busy_worker waits 5 ms; here 5 ms was too short for a busy machine, where
+      # a sibling that is ready to run can wait that long for a CPU: a fresh cluster on Ruby 3.3
+      # + YJIT, 64 connections opened at once by a client on the same 2 cores, split 4-6 / 58-60
+      # in 4 runs of 4 (the sibling did not run for more than 13 ms after its last accept);
+      # 20 ms, and 50 ms, split it 29-35 each in 4 of 4. The wait ends as soon as the sibling
+      # accepts a connection, so a responsive sibling costs no connection any of it.
+      DELAY = 0.02
       # Seconds between two looks, meanwhile, at whether the sibling has caught up.
       POLL = 0.0005
       # Seconds a sibling that took nothing in a DELAY is not waited for (unless it accepts).
@@ -93,8 +98,9 @@ module Weft
         @loads.publish(@slot, connections)
       end
 
-      # @return [Integer, nil] the slot of the least loaded sibling, when this worker is
-      #   noticeably above it (MARGIN, TOLERANCE); nil when this worker should accept now
+      # @return [Integer, nil] the slot of the least loaded sibling still waited for (see
+      #   #defer), when this worker is noticeably above it (MARGIN, TOLERANCE); nil when this
+      #   worker should accept now
       def lighter_sibling
         limit = @connections - MARGIN
         return nil if limit.negative?
