@@ -52,8 +52,8 @@ module Weft
       # a sibling that is ready to run can wait that long for a CPU: a fresh cluster on Ruby 3.3
       # + YJIT, 64 connections opened at once by a client on the same 2 cores, split 4-6 / 58-60
       # in 4 runs of 4 (the sibling did not run for more than 13 ms after its last accept);
-      # 20 ms, and 50 ms, split it 29-35 each in 4 of 4. The wait ends as soon as the sibling
-      # accepts a connection, so a responsive sibling costs no connection any of it.
+      # with 20 ms, and 50 ms, each worker got at least 16 in 4 of 4. The wait ends as soon as
+      # the sibling accepts a connection, so a responsive sibling costs no connection any of it.
       DELAY = 0.02
       # Seconds between two looks, meanwhile, at whether the sibling has caught up.
       POLL = 0.0005
