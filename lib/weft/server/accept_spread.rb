@@ -29,7 +29,8 @@ module Weft
     #   own accord (its accepted count moves) or RETRY has passed: a sibling under SIGSTOP costs
     #   its peers one DELAY a RETRY, not one per connection. The RETRY is needed: the kernel
     #   wakes the workers in the same order each time, so a sibling that is not waited for may
-    #   never be the first to accept (measured: 30 of 30 new connections to the other);
+    #   never be the first to accept (without RETRY a continued worker got 0 of 30 new
+    #   connections in two runs of three);
     # - a worker with no sibling, or at most MARGIN - 1 above every one (an idle worker, the
     #   single process of `-w 0`, which has no AcceptSpread at all), accepts at once, greedily,
     #   as without it.
@@ -41,11 +42,11 @@ module Weft
     # proportional TOLERANCE keeps the turns few in a large burst (each turn costs up to POLL).
     class AcceptSpread
       # Open connections above the least loaded sibling from which a worker leaves new ones to
-      # it. 2 rather than 1: with short connections (one request each) a worker is often one
-      # above its sibling for the time of a request, and would wait for nothing.
+      # it. 2 rather than 1 (reasoned, not compared by measurement): with short connections (one
+      # request each) a worker is often one above its sibling for the time of a request.
       MARGIN = 2
-      # ...and the fraction of the sibling's connections it must be above by, so that two
-      # workers sharing a burst of hundreds take turns of many connections, not of MARGIN.
+      # ...and the fraction of the sibling's connections it must be above by (reasoned too), so
+      # that two workers sharing a burst of hundreds take turns of many connections, not of 2.
       TOLERANCE = 0.25
       # Seconds a heavier worker leaves a queued connection to a lighter sibling at most. Puma's
       # wait_for_less_busy_worker waits 5 ms; here 5 ms was too short for a busy machine, where
