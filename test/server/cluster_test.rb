@@ -206,6 +206,29 @@ class ServerClusterTest < Minitest::Test
     assert_operator counts[:stopped], :>=, 24, "new connections after SIGCONT: #{counts.inspect}"
   end
 
+  # The soak's case: a worker killed, its sibling holding the keep-alive connections. New
+  # connections go to the replacement until the two are level (without spreading, the
+  # replacement got 0, 0 and 18 of 30 in three runs; with it 29, 27 and 26).
+  def test_a_replacement_worker_gets_the_new_connections_while_its_sibling_holds_the_old
+    port = free_tcp_port
+    request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port) do
+      pids = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
+      held = Array.new(40) { connect(port).tap { |socket| socket.write(request) } }
+      owners = held.map { |socket| read_response(socket).body.to_i }
+      victim = pids.min_by { |pid| owners.count(pid) }
+      survivor = (pids - [victim]).first
+      Process.kill("KILL", victim)
+      replacement = eventually(15, "a replacement") { (p = worker_pids(port, tries: 10) - [survivor]).size == 1 && p.first }
+      fresh = Array.new(30) { connect(port).tap { |socket| socket.write(request) } }
+      got = fresh.map { |socket| read_response(socket).body.to_i }
+      assert_operator got.count(replacement), :>=, 20, "of 30 new connections (its sibling held #{owners.count(survivor)})"
+    ensure
+      held&.each(&:close)
+      fresh&.each(&:close)
+    end
+  end
+
   # spread_connections false: the first worker to wake takes each connection, as before.
   def test_with_spread_connections_off_no_worker_waits_for_another
     deferred, = stopped_worker_scenario(false)
