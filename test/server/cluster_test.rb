@@ -180,16 +180,25 @@ class ServerClusterTest < Minitest::Test
 
   # Every worker is woken for a connection on the shared socket and the first to accept takes
   # what is queued; spread_connections (AcceptSpread) shares a burst of keep-alive clients.
+  # Up to three bursts: on a loaded machine a sibling can go without a CPU for longer than
+  # AcceptSpread::DELAY, and then the burst piles up as before (documented; 1 run of 7 of this
+  # test under load on 3.3). Without spreading, bursts split 62/2, 55/9 and 63/1.
   def test_connections_opened_at_once_are_shared_by_the_workers
     port = free_tcp_port
     with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port) do
       eventually(15, "two workers") { worker_pids(port).size == 2 }
-      sockets = Array.new(64) { connect(port) }
-      sockets.each { |socket| socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") }
-      counts = sockets.map { |socket| read_response(socket).body }.tally
-      sockets.each(&:close)
-      assert_equal 2, counts.size, counts.inspect
-      counts.each_value { |count| assert_operator count, :>=, 16, "uneven spread: #{counts.inspect}" }
+      splits = []
+      3.times do
+        sockets = Array.new(64) { connect(port) }
+        sockets.each { |socket| socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") }
+        counts = sockets.map { |socket| read_response(socket).body }.tally
+        sockets.each(&:close)
+        splits << counts.values.sort
+        break if counts.size == 2 && counts.values.min >= 16
+        # The workers see the closes, and a sibling passed over is trusted again (RETRY).
+        sleep Weft::Server::AcceptSpread::RETRY
+      end
+      assert splits.last.size == 2 && splits.last.min >= 16, "uneven spread in every burst: #{splits.inspect}"
     end
   end
 
