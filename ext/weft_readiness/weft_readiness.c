@@ -1,7 +1,7 @@
 /*
  * weft_readiness.c - core's C extension (weft/weft_readiness): Weft::Readiness, readiness
- * notification with no fiber per IO (this file), and Weft::Stream's socket read
- * (stream_recv.c).
+ * notification with no fiber per IO (this file), Weft::Stream's socket read (stream_recv.c),
+ * and Weft::SharedCounters, memory shared with forked children (shared_counters.c).
  *
  * A reactor wait (io-event's io_wait) needs a fiber parked per IO. To watch many IOs that are
  * usually silent (idle keep-alive connections), this keeps them in a private epoll instance
@@ -15,6 +15,7 @@
 #include <ruby.h>
 #include <ruby/io.h>
 #include "stream_recv.h"
+#include "shared_counters.h"
 
 static VALUE cReadiness;
 
@@ -300,4 +301,5 @@ void Init_weft_readiness(void)
     cReadiness = rb_define_class_under(mWeft, "Readiness", rb_cObject);
     define_methods();
     weft_init_stream_recv(mWeft);
+    weft_init_shared_counters(mWeft);
 }

@@ -10,6 +10,7 @@ require_relative "server/rack_adapter"
 require_relative "server/access_log"
 require_relative "server/stall_detector"
 require_relative "server/error_log"
+require_relative "server/accept_spread"
 
 module Weft
   # A Rack server with a fiber per request, running on Weft's reactor: whatever the app does
@@ -48,12 +49,15 @@ module Weft
     # @param worker_index [Integer, nil] the worker's index in a cluster
     # @param board [Statistics::Board, nil] where a worker publishes its statistics
     # @param heartbeat [IO, nil] a pipe to the master, written to while the reactor turns
-    def initialize(app, config = nil, listeners: nil, worker_index: nil, board: nil, heartbeat: nil, **options)
+    # @param spread [AcceptSpread, nil] a cluster worker's share in spreading new connections
+    #   over the workers of a shared listening socket (none: accept whenever one is queued)
+    def initialize(app, config = nil, listeners: nil, worker_index: nil, board: nil, heartbeat: nil, spread: nil, **options)
       @config = config || Config.new(options)
       @listeners = listeners || @config.bind_urls.map { |url| Listener.bind(url, backlog: @config[:backlog]) }
       @worker_index = worker_index
       @board = board
       @heartbeat = heartbeat
+      @spread = spread
       @stall_detector = StallDetector.new(@config[:stall_threshold], report_after: @config[:worker_timeout] / 2.0,
                                           name: worker_index && "worker #{worker_index}, pid #{Process.pid}")
       @statistics = Statistics.new(self)
@@ -61,7 +65,7 @@ module Weft
       @rack = RackAdapter.new(app, @config, statistics: @statistics, error_log: @error_log,
                                             access_log: AccessLog.open(@config[:access_log]),
                                             multiprocess: !worker_index.nil?)
-      @host = ConnectionHost.new(@config, rack: @rack, statistics: @statistics, error_log: @error_log)
+      @host = ConnectionHost.new(@config, rack: @rack, statistics: @statistics, error_log: @error_log, spread: @spread)
       @idle_pool = @host.idle_pool
       @stop_reader, @stop_writer = IO.pipe
     end
@@ -81,6 +85,7 @@ module Weft
         worker_tasks = start_worker_tasks
         # The heartbeat goes on through the graceful stop: a draining worker is alive.
         heartbeat = @heartbeat && Weft.spawn(name: "weft heartbeat") { beat }
+        @spread&.start
         accepters = @listeners.map { |listener| Weft.spawn(listener, name: "weft accept #{listener.url}") { |l| accept_loop(l) } }
         publisher = @board && Weft.spawn(name: "weft stats publisher") { publish_statistics }
         begin
@@ -124,6 +129,12 @@ module Weft
       @stall_detector.count
     end
 
+    # @return [Integer] times a queued connection was left to a less loaded worker for a
+    #   moment (AcceptSpread); 0 outside a cluster or with spread_connections off
+    def accepts_deferred
+      @spread ? @spread.deferred : 0
+    end
+
     # @return [Array<String>] the URLs the server listens on, with the bound ports
     def bound_urls
       @listeners.map(&:bound_url)
@@ -142,6 +153,10 @@ module Weft
 
     private
 
+    # Accepts while connections are queued, then waits for the next. In a cluster whose workers
+    # share the listener, a worker that holds noticeably more connections than a sibling stops
+    # taking them greedily, and leaves the next to that sibling for a moment (AcceptSpread):
+    # without it, the worker the kernel happens to run first takes every queued connection.
     def accept_loop(listener)
       loop do
         if @host.full?
@@ -151,9 +166,12 @@ module Weft
         socket = accept(listener)
         if socket
           @host.admit(socket, listener)
-        else
-          listener.socket.wait_readable
+          next unless @spread&.lighter_sibling
         end
+        listener.socket.wait_readable
+        # A connection is queued: a worker noticeably above a sibling leaves it to that
+        # sibling for a moment before taking it.
+        @spread&.defer
       end
     end
 
@@ -228,6 +246,7 @@ module Weft
       grace = @config[:drain_grace]
       deadline = now + @config[:shutdown_timeout]
       @host.begin_stop(deadline)
+      @spread&.stop # siblings no longer leave connections to this worker
       service_tasks.each(&:cancel)
       @listeners.each do |listener|
         accept_pending(listener)

@@ -19,6 +19,7 @@ class ServerConfigTest < Minitest::Test
     preload: 'preload "yes"',
     backlog: "backlog 0",
     reuse_port: "reuse_port 1",
+    spread_connections: 'spread_connections "no"',
     max_connections: "max_connections 0",
     max_requests_per_connection: "max_requests_per_connection 0",
     first_data_timeout: "first_data_timeout 0",

@@ -5,6 +5,8 @@ require "fileutils"
 require "rbconfig"
 require_relative "fork_heap"
 require_relative "warmup"
+require_relative "worker_loads"
+require_relative "accept_spread"
 
 module Weft
   class Server
@@ -19,7 +21,8 @@ module Weft
     #
     # All workers accept from the same inherited sockets, so the kernel's accept queue holds
     # new connections through any restart and none is refused (docs/server.md has the why and
-    # the measurements). The master itself runs no reactor: a plain select loop over a
+    # the measurements); with `spread_connections` they share new connections by their open
+    # ones, published in a table the master maps before forking (WorkerLoads, AcceptSpread). The master itself runs no reactor: a plain select loop over a
     # self-pipe fed by the signal handlers and a pipe from each worker.
     #
     # A worker's pipe carries its pid once it has booted, then a heartbeat byte at least once a
@@ -32,7 +35,9 @@ module Weft
     # tells it at EOF that the worker is gone.
     class Cluster
       # One worker process as the master sees it.
-      Worker = Struct.new(:index, :pid, :generation, :booted, :pipe, :started_at, :stopping, :last_beat, :killed)
+      # `slot` is its place in the shared WorkerLoads (nil when the cluster does not spread
+      # connections, or every slot was taken).
+      Worker = Struct.new(:index, :pid, :generation, :booted, :pipe, :started_at, :stopping, :last_beat, :killed, :slot)
 
       # Environment variables carried across a hot restart.
       LISTEN_FDS = "WEFT_LISTEN_FDS"
@@ -65,6 +70,7 @@ module Weft
       # Runs the cluster until told to stop. @return [void]
       def run
         @listeners = inherit_or_bind
+        @loads = worker_loads
         @board_dir = File.join(@config[:control_dir] || Dir.tmpdir, "weft-#{Process.pid}")
         FileUtils.mkdir_p(@board_dir)
         write_pidfile
@@ -153,10 +159,11 @@ module Weft
         reader, writer = IO.pipe
         @config.run_hooks(:before_fork, index)
         master = Process.pid
-        pid = fork { run_worker(index, writer, reader, master) }
+        slot = @loads&.claim
+        pid = fork { run_worker(index, writer, reader, master, slot) }
         writer.close
         @last_spawn[index] = Timers.now
-        worker = Worker.new(index, pid, generation, false, reader, Timers.now, false, nil, false)
+        worker = Worker.new(index, pid, generation, false, reader, Timers.now, false, nil, false, slot)
         @workers << worker
         worker
       end
@@ -213,8 +220,8 @@ module Weft
       end
 
       # The body of a worker process. Never returns. `pipe` carries the boot message and the
-      # heartbeat to the master.
-      def run_worker(index, pipe, master_end, master)
+      # heartbeat to the master; `slot` is the worker's in the shared WorkerLoads, if any.
+      def run_worker(index, pipe, master_end, master, slot)
         master_end.close
         @signal_reader.close
         @signal_writer.close
@@ -229,7 +236,9 @@ module Weft
           @config.run_hooks(:after_worker_boot, index)
           settle_worker_heap(index) unless @app
           board = Statistics::Board.new(@board_dir, index)
-          server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board, heartbeat: pipe)
+          spread = slot && AcceptSpread.new(@loads, slot)
+          server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board, heartbeat: pipe,
+                                            spread: spread)
           %w[TERM INT QUIT].each { |name| Signal.trap(name) { server.stop } }
           watch_master(master, server)
           pipe.write("#{Process.pid}\n")
@@ -251,6 +260,16 @@ module Weft
       def worker_listeners
         return @listeners unless @config[:reuse_port]
         @listeners.map { |listener| listener.reuse_port_sibling(@config[:backlog]) || listener }
+      end
+
+      # The table where workers publish their open connections for AcceptSpread, made before the
+      # first fork so that every worker shares it: with `spread_connections` (the default), unless
+      # `reuse_port` gives each worker a listening socket of its own, whose connections only it
+      # can take. Slots for twice the most workers there can be, so that a phased restart's
+      # replacements and workers not yet reaped have one too.
+      def worker_loads
+        return nil unless @config[:spread_connections] && !@config[:reuse_port]
+        WorkerLoads.new(2 * SettingRules::MAX_WORKERS)
       end
 
       # A worker whose master died (SIGKILL, crash) stops on its own rather than live on.
@@ -287,6 +306,7 @@ module Weft
           next unless worker
           @workers.delete(worker)
           worker.pipe&.close
+          @loads.release(worker.slot) if worker.slot
           unless worker.stopping || @stopping
             @log.warn("worker #{worker.index} (pid #{pid}) died: #{status.inspect}; replacing it")
           end

@@ -33,6 +33,7 @@ module Weft
         preload: false,            # load the app in the master before forking
         backlog: 1024,
         reuse_port: false,         # cluster: each worker also gets its own SO_REUSEPORT socket
+        spread_connections: true,  # cluster: a worker well above a sibling's open connections leaves new ones to it
         max_connections: 10_000,   # per process; accept waits while this many are open
         max_requests_per_connection: 10_000,
         first_data_timeout: 30,    # a new connection's first request head must start this soon

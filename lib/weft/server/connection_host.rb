@@ -43,12 +43,15 @@ module Weft
       # @param rack [RackAdapter]
       # @param statistics [Statistics]
       # @param error_log [ErrorLog]
-      def initialize(config, rack:, statistics:, error_log:)
+      # @param spread [AcceptSpread, nil] told the open connections as they change (a cluster
+      #   worker publishes them to its siblings)
+      def initialize(config, rack:, statistics:, error_log:, spread: nil)
         @settings = ConnectionSettings.from(config)
         @read_buffer = String.new(capacity: Connection::READ_SIZE, encoding: Encoding::BINARY)
         @rack = rack
         @statistics = statistics
         @error_log = error_log
+        @spread = spread
         @idle_pool = IdlePool.new { |connection| serve(connection, :resume) }
         @drain_grace = config[:drain_grace]
         # A permit per open connection, held from #admit to #forget. Past the limit (only the
@@ -97,6 +100,7 @@ module Weft
       def forget(connection)
         return unless @connections.delete(connection)
         @capacity.release if @connections.size < @capacity.limit
+        @spread&.closed(@connections.size)
       end
 
       # Logs an error with its backtrace; repeats of it are counted and summed up in one line
@@ -129,6 +133,7 @@ module Weft
         @capacity.acquire unless full? # never waits: nothing yields between the check and this
         connection = Connection.new(self, socket, listener)
         @connections[connection] = true
+        @spread&.opened(@connections.size)
         serve(connection, :start)
       end
 

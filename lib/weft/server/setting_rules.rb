@@ -105,6 +105,7 @@ module Weft
         preload: boolean,
         backlog: integer(1, 65_535),
         reuse_port: boolean,
+        spread_connections: boolean,
         max_connections: integer(1),
         max_requests_per_connection: integer(1),
         first_data_timeout: seconds,

@@ -81,6 +81,7 @@ module Weft
           reactor_lag: scheduler[:lag]&.round(6),
           reactor_max_lag: scheduler[:max_lag]&.round(6),
           reactor_stalls: @server.reactor_stalls,
+          accepts_deferred: @server.accepts_deferred,
           rss_bytes: Statistics.rss,
           **Statistics.circuit_breakers
         }
@@ -116,7 +117,7 @@ module Weft
         workers = all
         totals = {}
         %i[requests in_flight connections_open connections_idle connections_accepted connections_reclaimed
-           responses_5xx client_errors parse_errors fibers reactor_stalls].each do |key|
+           responses_5xx client_errors parse_errors fibers reactor_stalls accepts_deferred].each do |key|
           totals[key] = workers.sum { |worker| worker[key].to_i }
         end
         JSON.generate({ totals: totals, workers: workers })
@@ -140,6 +141,8 @@ module Weft
           reactor_lag: ["gauge", "weft_reactor_lag_seconds", "Last reactor turn's busy time"],
           reactor_max_lag: ["gauge", "weft_reactor_max_lag_seconds", "Longest reactor turn"],
           reactor_stalls: ["counter", "weft_reactor_stalls_total", "Times one piece of code held the reactor past stall_threshold"],
+          accepts_deferred: ["counter", "weft_accepts_deferred_total",
+                             "Queued connections left for a moment to a worker with fewer connections"],
           rss_bytes: ["gauge", "weft_process_resident_memory_bytes", "Resident set size"]
         }
         workers = all
