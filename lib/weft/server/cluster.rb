@@ -22,8 +22,9 @@ module Weft
     # All workers accept from the same inherited sockets, so the kernel's accept queue holds
     # new connections through any restart and none is refused (docs/server.md has the why and
     # the measurements); with `spread_connections` they share new connections by their open
-    # ones, published in a table the master maps before forking (WorkerLoads, AcceptSpread). The master itself runs no reactor: a plain select loop over a
-    # self-pipe fed by the signal handlers and a pipe from each worker.
+    # ones, published in a table the master maps before forking (WorkerLoads, AcceptSpread).
+    # The master itself runs no reactor: a plain select loop over a self-pipe fed by the signal
+    # handlers and a pipe from each worker.
     #
     # A worker's pipe carries its pid once it has booted, then a heartbeat byte at least once a
     # second, written by a task of the worker's reactor (Server#beat). A worker whose reactor is
