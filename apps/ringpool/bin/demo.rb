@@ -132,6 +132,10 @@ end
 begin
   Process.wait(server)
 rescue Interrupt, SignalException # Ctrl-C, or TERM: stop the shards gracefully first
+  # A second Ctrl-C must not cut the stop short: raised inside it, it left a backtrace and could
+  # leave PostgreSQL running. The terminal sends it to the server's processes too, which stop
+  # on their own (the graceful stop of a demo's few requests takes well under a second).
+  %w[INT TERM].each { |name| Signal.trap(name, "IGNORE") }
   traffic&.kill
   Process.kill("TERM", server)
   Process.wait(server)
