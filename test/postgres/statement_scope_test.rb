@@ -70,7 +70,7 @@ class PostgresStatementScopeTest < Minitest::Test
   end
 
   # What Pool#query asks of every statement: it refuses a transaction's start, and sends a
-  # setting of the transaction under way in a pipeline segment of its own.
+  # setting or the end of the transaction under way in a pipeline segment of its own.
   def test_transaction_role
     ["BEGIN", "  start transaction isolation level serializable", "-- tag\n/* app */ begin;"]
       .each { |sql| assert_equal :start, SCOPE.transaction_role(sql), sql }
@@ -78,8 +78,12 @@ class PostgresStatementScopeTest < Minitest::Test
      "SET CONSTRAINTS ALL DEFERRED", "SELECT set_config('x.y', '1', true)", "select SET_CONFIG($1, $2, $3)",
      "SELECT 1 FROM t WHERE pg_catalog.set_config('x', 'y', false) IS NOT NULL"]
       .each { |sql| assert_equal :setting, SCOPE.transaction_role(sql), sql }
-    ["SELECT 1", "SET x.y = 1", "UPDATE t SET local = 1", "SET local_x.y = 1", "COMMIT", "SELECT 'begin'",
-     "INSERT INTO t (a) VALUES ('set local')"]
+    ["COMMIT", "end", "/* app */ ROLLBACK", "abort;", "-- t\nrollback to savepoint a", "COMMIT PREPARED 'x'",
+     "PREPARE TRANSACTION 'x'"]
+      .each { |sql| assert_equal :end, SCOPE.transaction_role(sql), sql }
+    ["SELECT 1", "SET x.y = 1", "UPDATE t SET local = 1", "SET local_x.y = 1", "SELECT 'begin'", "SELECT 'commit'",
+     "INSERT INTO t (a) VALUES ('set local')", "PREPARE q AS SELECT 1", "UPDATE t SET ended = true",
+     "SELECT * FROM commits", "WITH e AS (SELECT 1) SELECT * FROM e"]
       .each { |sql| assert_nil SCOPE.transaction_role(sql), sql }
   end
 end

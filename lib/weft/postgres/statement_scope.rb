@@ -31,6 +31,17 @@ module Weft
       TRANSACTION_STATEMENT = /\A#{LEADING}(?:begin|start\s+transaction|set\s+(?:local|transaction|constraints))\b/i
       # BEGIN, START TRANSACTION alone (told apart once TRANSACTION_STATEMENT matched).
       TRANSACTION_START = /\A#{LEADING}(?:begin|start\s+transaction)\b/i
+      # COMMIT, END, ROLLBACK, ABORT, PREPARE TRANSACTION (and COMMIT/ROLLBACK PREPARED): the
+      # end of the transaction under way. On a shared connection that is a pipeline segment's
+      # implicit transaction: a ROLLBACK there undoes the other callers' statements before it
+      # in the segment, whose results they were given; a COMMIT commits them, and should a
+      # statement after it fail, the segment's statements are sent again (Pipeline) and those
+      # run twice. Not in TRANSACTION_STATEMENT: they open nothing that needs a connection held.
+      TRANSACTION_END = /\A#{LEADING}(?:commit|end|rollback|abort|prepare\s+transaction)\b/i
+      # TRANSACTION_STATEMENT or TRANSACTION_END: what Pool#query looks for first (one regexp
+      # for the usual statement, which is neither).
+      TRANSACTION_CONTROL = /\A#{LEADING}(?:begin|start\s+transaction|set\s+(?:local|transaction|constraints)|
+                             commit|end|rollback|abort|prepare\s+transaction)\b/ix
       # Commands whose effect outlives the statement: SET without LOCAL (and not SET TRANSACTION
       # or SET CONSTRAINTS, which end with the transaction), RESET, DISCARD, LISTEN, UNLISTEN,
       # PREPARE, DEALLOCATE, LOAD, DECLARE (a cursor WITH HOLD), and DO, whose block may do
@@ -84,13 +95,17 @@ module Weft
       # What a statement is to the transaction it runs in, for Pool#query, which sends one
       # statement: one that opens a transaction (:start), one that sets the transaction under
       # way (:setting: SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, or set_config anywhere in
-      # it, whose `is_local` argument the text may not show), or neither (nil). A literal
-      # search and one regexp on a statement that is neither (the usual answer).
+      # it, whose `is_local` argument the text may not show), one that ends it (:end: COMMIT,
+      # ROLLBACK and the like, TRANSACTION_END), or neither (nil). A literal search and one
+      # regexp on a statement that is neither (the usual answer).
       # @param sql [String]
-      # @return [Symbol, nil] :start, :setting or nil
+      # @return [Symbol, nil] :start, :setting, :end or nil
       def transaction_role(sql)
-        if TRANSACTION_STATEMENT.match?(sql)
-          TRANSACTION_START.match?(sql) ? :start : :setting
+        if TRANSACTION_CONTROL.match?(sql)
+          if TRANSACTION_START.match?(sql) then :start
+          elsif TRANSACTION_END.match?(sql) then :end
+          else :setting
+          end
         elsif SET_CONFIG.match?(sql)
           :setting
         end
