@@ -67,7 +67,8 @@ class PostgresStatementScopeTest < Minitest::Test
     ["/* app */ UPDATE t /* note */ SET a = 1", "/*application='x'*/ SELECT 1 /* do */ FROM t",
      "-- a\n/* b */ DELETE FROM t /* c */ /* d */ RETURNING 1"]
       .each { |sql| refute SCOPE.session_state?(sql), sql }
-    ["/* a /* nested */ comment */ SET x.y = 1", "/* a /* b /* c */ */ */ LISTEN c", "/**/reset all", "/*/ x */ DISCARD ALL"]
+    ["/* a /* nested */ comment */ SET x.y = 1", "/* a /* b /* c */ */ */ LISTEN c", "/**/reset all",
+     "/*/ x */ DISCARD ALL"]
       .each { |sql| assert SCOPE.session_state?(sql), sql }
     assert_equal :start, SCOPE.transaction_role("/* a /* b */ c */ -- d\n BEGIN")
     assert_nil SCOPE.transaction_role("/* a */ SELECT 1 /* b */ BEGIN")
