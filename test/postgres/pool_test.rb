@@ -403,6 +403,40 @@ class PostgresPoolTest < Minitest::Test
     assert_equal({ "0" => 140 }, seen.tally)
   end
 
+  # COMMIT, END, ROLLBACK and ABORT end the transaction they run in: in a pipeline segment,
+  # its implicit one, which the other callers' statements of the segment share. A ROLLBACK
+  # there undid the statements before it (whose callers had their results: they were lost);
+  # a COMMIT committed them, and when a statement after it failed, the segment's other
+  # statements were sent again (committed twice). Sent alone in a segment they end nothing,
+  # as on a connection of their own (PostgreSQL warns that no transaction is in progress).
+  def test_a_commit_or_rollback_ends_no_other_callers_statements
+    db = pool(limit: 1) # every statement on one connection, many in each segment
+    table = "weft_segment_end_#{Process.pid}"
+    ends = ["ROLLBACK", "commit", "/* app */ ABORT", "END", "rollback"]
+    tags = ["ROLLBACK", "COMMIT", "ROLLBACK", "COMMIT", "ROLLBACK"] # what PostgreSQL answers each
+    outcomes, ids = reactor do
+      db.query("create table #{table} (id int)") # no key: an insert committed twice shows
+      tasks = Array.new(50) do |i|
+        Weft.spawn do
+          case i % 10
+          when 4 then db.query(ends[i / 10]).cmd_status
+          when 8 then db.query("select 1 / ($1::int - $1::int)", i)
+          else db.query("insert into #{table} values ($1)", i) && :ok
+          end
+        rescue PG::Error => e
+          e.class
+        end
+      end
+      [Weft.gather(tasks), db.query("select id from #{table} order by id").column_values(0).map(&:to_i)]
+    ensure
+      db.query("drop table if exists #{table}")
+    end
+    expected = Array.new(50) { |i| { 4 => tags[i / 10], 8 => PG::DivisionByZero }.fetch(i % 10, :ok) }
+    assert_equal expected, outcomes
+    assert_equal (0...50).reject { |i| [4, 8].include?(i % 10) }, ids, "each insert committed once"
+    assert_operator db.statistics[:max_depth], :>, 1, "statements were not pipelined"
+  end
+
   def test_old_option_names_still_work
     db = nil
     capture_io { db = pool(size: 1, checkout_timeout: 0.2, max_lifetime: 0.2) }

@@ -59,6 +59,31 @@ class PostgresStatementScopeTest < Minitest::Test
     ].each { |sql| refute SCOPE.session_state?(sql), sql }
   end
 
+  # Block comments are read as PostgreSQL nests them. The comment's end used to be any later
+  # `*/`: a comment before a statement and one inside it made one, and what followed the second
+  # counted as the statement's first word (an UPDATE with a comment before its SET leased a
+  # connection, and was given back with DISCARD ALL, as a session change).
+  def test_comments_end_where_postgresql_ends_them
+    ["/* app */ UPDATE t /* note */ SET a = 1", "/*application='x'*/ SELECT 1 /* do */ FROM t",
+     "-- a\n/* b */ DELETE FROM t /* c */ /* d */ RETURNING 1"]
+      .each { |sql| refute SCOPE.session_state?(sql), sql }
+    ["/* a /* nested */ comment */ SET x.y = 1", "/* a /* b /* c */ */ */ LISTEN c", "/**/reset all",
+     "/*/ x */ DISCARD ALL"]
+      .each { |sql| assert SCOPE.session_state?(sql), sql }
+    assert_equal :start, SCOPE.transaction_role("/* a /* b */ c */ -- d\n BEGIN")
+    assert_nil SCOPE.transaction_role("/* a */ SELECT 1 /* b */ BEGIN")
+  end
+
+  # Many comments before a statement took 2^n tries on Ruby 3.1 (no backtracking memo there):
+  # 22 of them, 0.5 s; this is every statement's first test in Pool#query.
+  def test_many_leading_comments_take_no_time
+    sql = "#{'/* tag */ ' * 26}SELECT 1"
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    [SCOPE.transaction_role(sql), SCOPE.session_state?(sql), SCOPE.single_data_statement?(sql)]
+      .then { |answers| assert_equal [nil, false, true], answers }
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 0.05
+  end
+
   # A transaction's start, and settings of the transaction under way (on a shared connection,
   # the pipeline segment's).
   def test_transaction_statements
@@ -70,7 +95,7 @@ class PostgresStatementScopeTest < Minitest::Test
   end
 
   # What Pool#query asks of every statement: it refuses a transaction's start, and sends a
-  # setting of the transaction under way in a pipeline segment of its own.
+  # setting or the end of the transaction under way in a pipeline segment of its own.
   def test_transaction_role
     ["BEGIN", "  start transaction isolation level serializable", "-- tag\n/* app */ begin;"]
       .each { |sql| assert_equal :start, SCOPE.transaction_role(sql), sql }
@@ -78,8 +103,12 @@ class PostgresStatementScopeTest < Minitest::Test
      "SET CONSTRAINTS ALL DEFERRED", "SELECT set_config('x.y', '1', true)", "select SET_CONFIG($1, $2, $3)",
      "SELECT 1 FROM t WHERE pg_catalog.set_config('x', 'y', false) IS NOT NULL"]
       .each { |sql| assert_equal :setting, SCOPE.transaction_role(sql), sql }
-    ["SELECT 1", "SET x.y = 1", "UPDATE t SET local = 1", "SET local_x.y = 1", "COMMIT", "SELECT 'begin'",
-     "INSERT INTO t (a) VALUES ('set local')"]
+    ["COMMIT", "end", "/* app */ ROLLBACK", "abort;", "-- t\nrollback to savepoint a", "COMMIT PREPARED 'x'",
+     "PREPARE TRANSACTION 'x'"]
+      .each { |sql| assert_equal :end, SCOPE.transaction_role(sql), sql }
+    ["SELECT 1", "SET x.y = 1", "UPDATE t SET local = 1", "SET local_x.y = 1", "SELECT 'begin'", "SELECT 'commit'",
+     "INSERT INTO t (a) VALUES ('set local')", "PREPARE q AS SELECT 1", "UPDATE t SET ended = true",
+     "SELECT * FROM commits", "WITH e AS (SELECT 1) SELECT * FROM e"]
       .each { |sql| assert_nil SCOPE.transaction_role(sql), sql }
   end
 end

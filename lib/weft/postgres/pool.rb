@@ -167,7 +167,9 @@ module Weft
       # and the other callers' statements after it in the segment would run with the setting.
       # Alone, it changes nothing past its own statement, as on a connection of its own (where
       # PostgreSQL warns about SET LOCAL outside a transaction); settings for several statements
-      # go inside #transaction or #with.
+      # go inside #transaction or #with. So does the end of a transaction (COMMIT, ROLLBACK...),
+      # which in a shared segment would commit or roll back the other callers' statements before
+      # it: alone, it ends nothing, as on a connection of its own.
       #
       # Under a deadline (Weft.deadline) the statement, and the wait for a connection, last no
       # longer than it leaves; when it passes, the statement is cancelled on the server (see
@@ -198,7 +200,7 @@ module Weft
         # One turn of the lock either takes a free connection (then the statement runs on it
         # outside the lock) or pipelines the statement.
         interruptible(AT_WAITS) do
-          outcome = locked { take_unpressed || pipelined(sql, params, role == :setting) }
+          outcome = locked { take_unpressed || pipelined(sql, params, !role.nil?) } # :setting or :end
           outcome.is_a?(Connection) ? run_alone(outcome, sql, params) : outcome
         end
       end
@@ -678,9 +680,9 @@ module Weft
 
       # Sends the statement down a shared connection and waits for its result (under the lock).
       # One seen running long goes in a segment of its own, and nothing follows it down its
-      # connection until it ends (Pipeline#stalled?). One sent `alone` (a setting of the
-      # transaction: #query) goes in a segment of its own too, whose implicit transaction is then
-      # its own; statements follow it as usual.
+      # connection until it ends (Pipeline#stalled?). One sent `alone` (a setting or the end of
+      # the transaction: #query) goes in a segment of its own too, whose implicit transaction is
+      # then its own; statements follow it as usual.
       def pipelined(sql, params, alone)
         request = Request.take(sql, params)
         request.alone = true if alone

@@ -19,9 +19,14 @@ module Weft
     # session (its body is not in the text); such a caller pins the session first
     # (Pool#with, or the adapters' ways to it: ActiveRecord's raw_connection, DB.synchronize).
     module StatementScope
-      # Whitespace and comments before a statement's first word (a nested block comment too:
-      # the lazy `.*?` extends to a later `*/` when the word after the first does not match).
-      LEADING = %r{(?:\s|--[^\n]*(?:\n|\z)|/\*.*?\*/)*}m
+      # Whitespace and comments before a statement's first word. Block comments nest, as in
+      # PostgreSQL (`/* a /* b */ c */` is one), and are matched as they nest, in one pass that
+      # never goes back into them (an atomic group, possessive runs). The lazy `/\*.*?\*/` this
+      # replaced could end a comment at any later `*/`, so that `/* app */ UPDATE t /* c */
+      # SET a = 1` counted as a SET (a session change), and on Ruby 3.1, which does not memoize
+      # regexp backtracking, a text of n comments took 2^n tries when no word followed them
+      # (22 comments: 0.5 s).
+      LEADING = %r{(?>(?:\s|--[^\n]*(?:\n|\z)|(?<comment>/\*(?:[^*/]++|\*(?!/)|/(?!\*)|\g<comment>)*+\*/))*)}
       # Where a statement starts: the text's start or after a semicolon.
       STATEMENT_START = /(?:\A|;)#{LEADING}/
       # BEGIN, START TRANSACTION; SET LOCAL, SET TRANSACTION, SET CONSTRAINTS (settings of the
@@ -31,6 +36,17 @@ module Weft
       TRANSACTION_STATEMENT = /\A#{LEADING}(?:begin|start\s+transaction|set\s+(?:local|transaction|constraints))\b/i
       # BEGIN, START TRANSACTION alone (told apart once TRANSACTION_STATEMENT matched).
       TRANSACTION_START = /\A#{LEADING}(?:begin|start\s+transaction)\b/i
+      # COMMIT, END, ROLLBACK, ABORT, PREPARE TRANSACTION (and COMMIT/ROLLBACK PREPARED): the
+      # end of the transaction under way. On a shared connection that is a pipeline segment's
+      # implicit transaction: a ROLLBACK there undoes the other callers' statements before it
+      # in the segment, whose results they were given; a COMMIT commits them, and should a
+      # statement after it fail, the segment's statements are sent again (Pipeline) and those
+      # run twice. Not in TRANSACTION_STATEMENT: they open nothing that needs a connection held.
+      TRANSACTION_END = /\A#{LEADING}(?:commit|end|rollback|abort|prepare\s+transaction)\b/i
+      # TRANSACTION_STATEMENT or TRANSACTION_END: what Pool#query looks for first (one regexp
+      # for the usual statement, which is neither).
+      TRANSACTION_CONTROL = /\A#{LEADING}(?:begin|start\s+transaction|set\s+(?:local|transaction|constraints)|
+                             commit|end|rollback|abort|prepare\s+transaction)\b/ix
       # Commands whose effect outlives the statement: SET without LOCAL (and not SET TRANSACTION
       # or SET CONSTRAINTS, which end with the transaction), RESET, DISCARD, LISTEN, UNLISTEN,
       # PREPARE, DEALLOCATE, LOAD, DECLARE (a cursor WITH HOLD), and DO, whose block may do
@@ -84,13 +100,17 @@ module Weft
       # What a statement is to the transaction it runs in, for Pool#query, which sends one
       # statement: one that opens a transaction (:start), one that sets the transaction under
       # way (:setting: SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, or set_config anywhere in
-      # it, whose `is_local` argument the text may not show), or neither (nil). A literal
-      # search and one regexp on a statement that is neither (the usual answer).
+      # it, whose `is_local` argument the text may not show), one that ends it (:end: COMMIT,
+      # ROLLBACK and the like, TRANSACTION_END), or neither (nil). A literal search and one
+      # regexp on a statement that is neither (the usual answer).
       # @param sql [String]
-      # @return [Symbol, nil] :start, :setting or nil
+      # @return [Symbol, nil] :start, :setting, :end or nil
       def transaction_role(sql)
-        if TRANSACTION_STATEMENT.match?(sql)
-          TRANSACTION_START.match?(sql) ? :start : :setting
+        if TRANSACTION_CONTROL.match?(sql)
+          if TRANSACTION_START.match?(sql) then :start
+          elsif TRANSACTION_END.match?(sql) then :end
+          else :setting
+          end
         elsif SET_CONFIG.match?(sql)
           :setting
         end

@@ -29,9 +29,9 @@ module Weft
     # A worker's pipe carries its pid once it has booted, then a heartbeat byte at least once a
     # second, written by a task of the worker's reactor (Server#beat). A worker whose reactor is
     # stuck (a request in an endless loop) stops beating, and after `worker_timeout` seconds the
-    # master kills and replaces it. A pipe rather than a timestamp in shared memory or a file's
-    # mtime: Ruby has no shared memory without a C extension; a file would be polled with stat
-    # and, named by worker index, shared by an old worker and its replacement during a phased
+    # master kills and replaces it. A pipe rather than a timestamp in shared memory (the
+    # WorkerLoads table) or a file's mtime: either would have to be polled, and a file named by
+    # worker index would be shared by an old worker and its replacement during a phased
     # restart; a pipe belongs to one process, wakes the master's select when it beats, and
     # tells it at EOF that the worker is gone.
     class Cluster
