@@ -205,10 +205,13 @@ module Weft
     # costs its client one reconnection, a full server would cost the new client its wait).
     # With none idle (every connection has a request in progress), back-pressure: new clients
     # wait in the kernel's backlog until a connection closes or parks (ConnectionHost#park then
-    # reclaims it for them).
+    # reclaims it for them). In a cluster, a sibling with room is given the new client first
+    # (AcceptSpread#defer); one that does not take it in time is not waited for again for a
+    # while, and then this worker makes room itself.
     def make_room(listener)
       listener.socket.wait_readable
       return unless @host.full? # room was made meanwhile
+      return if @spread&.defer(full: true) # look again: the sibling may have taken it
       @host.reclaim_idle || @host.wait_for_room
     end
 

@@ -238,6 +238,52 @@ class ServerClusterTest < Minitest::Test
     end
   end
 
+  # A worker at max_connections whose sibling has room leaves a new client to the sibling
+  # rather than closing one of its own idle keep-alive connections to make room for it: the
+  # full worker holds 4 idle connections (its sibling was stopped while they opened), and
+  # three new clients arrive one by one. Each is answered by the sibling, and none of the idle
+  # connections is closed (the full worker's /stats counts none reclaimed).
+  def test_a_full_worker_leaves_new_clients_to_a_sibling_with_room
+    Dir.mktmpdir do |dir|
+      port = free_tcp_port
+      File.write(File.join(dir, "weft.rb"), "workers 2\nmax_connections 4\n")
+      request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+      with_weft(File.join(FIXTURES, "pid.ru"), "-C", File.join(dir, "weft.rb"), "-p", port.to_s, "-o", "127.0.0.1",
+                "--stats-path", "/stats", port: port) do
+        light, full = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
+        Process.kill("STOP", light)
+        begin
+          idle = Array.new(4) do
+            connect(port).tap do |socket|
+              socket.write(request)
+              assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
+            end
+          end
+        ensure
+          Process.kill("CONT", light)
+        end
+        sleep Weft::Server::AcceptSpread::RETRY + 0.2 # the full worker trusts its sibling again
+        fresh = Array.new(3) do
+          connect(port).tap do |socket|
+            socket.write(request)
+            assert_equal light.to_s, Timeout.timeout(5) { read_response(socket).body }, "a new client"
+          end
+        end
+        idle.first.write("GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        stats = JSON.parse(Timeout.timeout(5) { read_response(idle.first).body })
+        reclaimed = stats["workers"].find { |worker| worker["pid"] == full }.fetch("connections_reclaimed")
+        assert_equal 0, reclaimed, "idle connections the full worker closed to make room"
+        idle.each do |socket|
+          socket.write(request)
+          assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
+        end
+      ensure
+        idle&.each(&:close)
+        fresh&.each(&:close)
+      end
+    end
+  end
+
   # spread_connections false: the first worker to wake takes each connection, as before.
   def test_with_spread_connections_off_no_worker_waits_for_another
     deferred, = stopped_worker_scenario(false)

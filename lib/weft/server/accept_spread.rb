@@ -33,7 +33,11 @@ module Weft
     #   connections in two runs of three);
     # - a worker with no sibling, or at most MARGIN - 1 above every one (an idle worker, the
     #   single process of `-w 0`, which has no AcceptSpread at all), accepts at once, greedily,
-    #   as without it.
+    #   as without it;
+    # - a worker at max_connections waits the same way for any sibling with fewer connections
+    #   (every worker has the same max_connections, so that one has room) before it closes one
+    #   of its idle keep-alive connections to make room (Server#make_room): that would cost
+    #   its client a reconnection for nothing.
     #
     # Connections rather than requests in flight: a keep-alive connection stays with the worker
     # that accepted it, so it is the count of connections that decides how the work is shared
@@ -99,14 +103,18 @@ module Weft
         @loads.publish(@slot, connections)
       end
 
+      # @param full [Boolean] this worker is at max_connections: any sibling with fewer
+      #   connections will do, however few fewer
       # @return [Integer, nil] the slot of the least loaded sibling still waited for (see
       #   #defer), when this worker is noticeably above it (MARGIN, TOLERANCE); nil when this
       #   worker should accept now
-      def lighter_sibling
-        limit = @connections - MARGIN
+      def lighter_sibling(full = false)
+        limit = @connections - (full ? 1 : MARGIN)
         return nil if limit.negative?
-        proportional = (@connections / (1 + TOLERANCE)).floor
-        limit = proportional if proportional < limit
+        unless full
+          proportional = (@connections / (1 + TOLERANCE)).floor
+          limit = proportional if proportional < limit
+        end
         lightest = nil
         slot = 0
         slots = @loads.slots
@@ -128,9 +136,10 @@ module Weft
       # this worker is no longer noticeably above any, or DELAY passed; then it goes on to
       # accept (nothing, if the queue is empty by then). A sibling that took nothing in all
       # that time is not waited for again until it accepts something.
+      # @param full [Boolean] this worker is at max_connections (see #lighter_sibling)
       # @return [Boolean] whether it waited
-      def defer
-        sibling = lighter_sibling
+      def defer(full: false)
+        sibling = lighter_sibling(full)
         return false unless sibling
         pid = @loads.pid(sibling)
         accepted = @loads.accepted(sibling)
@@ -138,7 +147,7 @@ module Weft
         deadline = Timers.now + DELAY
         loop do
           sleep(POLL)
-          return true if @loads.accepted(sibling) != accepted || !lighter_sibling
+          return true if @loads.accepted(sibling) != accepted || !lighter_sibling(full)
           break if Timers.now >= deadline
         end
         @distrusted[sibling] = [pid, accepted, Timers.now + RETRY] if @loads.pid(sibling) == pid
