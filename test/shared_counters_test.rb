@@ -41,4 +41,14 @@ class SharedCountersTest < Minitest::Test
     assert_raises(ArgumentError) { Weft::SharedCounters.new(0) }
     assert_raises(IOError) { Weft::SharedCounters.allocate[0] }
   end
+
+  # A copy would map memory of its own, shared with nobody: refused rather than handed out as
+  # a table that looks shared and is not.
+  def test_a_copy_is_refused
+    counters = Weft::SharedCounters.new(2)
+    assert_raises(TypeError) { counters.dup }
+    assert_raises(TypeError) { counters.clone }
+    counters[0] = 7
+    assert_equal 7, counters[0]
+  end
 end

@@ -91,6 +91,19 @@ static VALUE shared_counters_initialize(VALUE self, VALUE size_value)
     return self;
 }
 
+/*
+ * dup and clone are refused (TypeError): a copy would need a mapping of its own, and a new
+ * mapping is not shared with the processes that share the original's, which is the table's
+ * whole point.
+ */
+static VALUE shared_counters_initialize_copy(VALUE self, VALUE original)
+{
+    (void)self;
+    (void)original;
+    rb_raise(rb_eTypeError, "can't copy Weft::SharedCounters (a copy would not be shared)");
+    return Qnil;
+}
+
 /* call-seq: size -> Integer (cells) */
 static VALUE shared_counters_size(VALUE self)
 {
@@ -126,6 +139,7 @@ void weft_init_shared_counters(VALUE mWeft)
     VALUE cSharedCounters = rb_define_class_under(mWeft, "SharedCounters", rb_cObject);
     rb_define_alloc_func(cSharedCounters, shared_counters_alloc);
     rb_define_method(cSharedCounters, "initialize", shared_counters_initialize, 1);
+    rb_define_method(cSharedCounters, "initialize_copy", shared_counters_initialize_copy, 1);
     rb_define_method(cSharedCounters, "size", shared_counters_size, 0);
     rb_define_method(cSharedCounters, "[]", shared_counters_aref, 1);
     rb_define_method(cSharedCounters, "[]=", shared_counters_aset, 2);
