@@ -58,7 +58,7 @@ module Weft
 
     # Bookkeeping for one live resource: taken_at is when its current holder checked it out;
     # limit_factor scales max_uses and max_age for this resource (#spread_factor).
-    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor)
+    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor, :held)
 
     # The share of `max_uses` and `max_age` over which resources' retirements are spread: each
     # resource retires at its own point between 90% and 100% of the limit. Resources created
@@ -78,12 +78,19 @@ module Weft
     # and a mean of the two says neither. Per checkin it settles within about 6%, and it
     # follows a change of 10x in about 40 checkins.
     HOLD_STEP = 1.0625
+    # The running median of hand-off shares (see #grow?) moves by this much per hand-off: from
+    # none to IDLE_SHARE_LIMIT in 8 hand-offs, steady within about 2%.
+    IDLE_SHARE_STEP = 1.0 / 64
+    # While a resource handed to a waiter lies idle for more than this share of its cycle (the
+    # running median), the waiters wait for this process's CPU, not for resources: the pool
+    # does not grow (see #grow?).
+    IDLE_SHARE_LIMIT = 0.125
     # Weight of the newest creation in the average of creation times (creations are few).
     CREATE_WEIGHT = 0.25
     NONE = [].freeze
     # Options of .new that were renamed: old name => new name (see Weft::RenamedOptions).
     RENAMED_OPTIONS = { timeout: :acquire_timeout }.freeze
-    private_constant :Entry, :NONE, :HOLD_STEP, :CREATE_WEIGHT
+    private_constant :Entry, :NONE, :HOLD_STEP, :IDLE_SHARE_STEP, :IDLE_SHARE_LIMIT, :CREATE_WEIGHT
 
     # Accepts the old names of renamed options (RENAMED_OPTIONS), with a deprecation warning.
     # @see #initialize
@@ -130,6 +137,7 @@ module Weft
       # The growth rule's figures in seconds, kept across a fork (see #reset_state): the running
       # median of holds (#sample_hold) and the running average of creations.
       @hold_time = @create_time = nil
+      @idle_share = 0.0
       reset_state
     end
 
@@ -192,7 +200,7 @@ module Weft
         raise UsageError, "checkin of a resource that is not checked out from this pool" unless entry
         now = Timers.now
         entry.used_at = now
-        sample_hold(now - entry.taken_at)
+        sample_hold(entry.held = now - entry.taken_at)
         if @closed || worn_out?(entry, now)
           retire = true
           @size -= 1
@@ -270,7 +278,7 @@ module Weft
         {
           size: @size, idle: @idle.size, busy: @busy.size, waiting: @waiting, limit: @limit,
           created: @created, retired: @retired, discarded: @discarded, checkouts: @checkouts, timeouts: @timeouts,
-          hold_time: @hold_time, create_time: @create_time
+          hold_time: @hold_time, idle_share: @idle_share, create_time: @create_time
         }
       end
     end
@@ -370,7 +378,16 @@ module Weft
         hand_on_watch if watched && entry # served by a return
         @checkouts += 1
         if entry
-          entry.taken_at = now || Timers.now
+          if now
+            entry.taken_at = now
+          else
+            # It waited, and was served by a resource that came back meanwhile: the resource
+            # lay idle from its checkin until this checkout ran. Counted while the line is as
+            # long as the resources are many, where growth is decided (see #grow?): in a
+            # burst's last hand-offs the CPU frees up, and they would say so to the next burst.
+            entry.taken_at = now = Timers.now
+            sample_idle_share(now - entry.used_at, entry.held) if @waiting >= @busy.size
+          end
           entry.uses += 1
           @busy[entry.resource] = entry
         else
@@ -407,7 +424,21 @@ module Weft
     def grow?
       busy = @busy.size
       return true if @size < @max_creating || busy.zero? || @growing || @hold_time.nil? || @create_time.nil?
+      return false if @idle_share > IDLE_SHARE_LIMIT
       (@waiting + 2) * @hold_time > 2 * busy * @create_time
+    end
+
+    # Under the lock: moves the running median of the share of a resource's cycle (its last
+    # hold and the hand-off after it) that it lay idle, handed to a waiter not yet running.
+    def sample_idle_share(idle, held)
+      cycle = idle + held
+      return unless cycle.positive? # both within the clock's resolution: says nothing
+      share = idle / cycle
+      if share > @idle_share
+        @idle_share += IDLE_SHARE_STEP
+      elsif share < @idle_share
+        @idle_share -= IDLE_SHARE_STEP
+      end
     end
 
     # Under the lock: moves the running median of holds (see HOLD_STEP) after a hold of `held`
