@@ -30,8 +30,12 @@ module Weft
   #   are stale: holders now keep theirs longer). So a pool whose resources come back in
   #   microseconds does not open more for every burst, and one whose holders keep them longer
   #   than a creation takes grows at once. A checkout never times out while the pool may
-  #   grow: when its `acquire_timeout` is up, it creates. Without `max_creating` (nil: the
-  #   limit) a checkout below the limit creates at once, as a plain pool does.
+  #   grow: when its `acquire_timeout` is up, it creates. The line's wait does not count when
+  #   the line waits for this process's CPU rather than for resources: when resources handed
+  #   to waiters lie idle, until the waiter runs, for more than an eighth of their cycle (a
+  #   running median), one more would wait the same way (the cases that create without
+  #   asking still do). Without `max_creating` (nil: the limit) a checkout below the limit
+  #   creates at once, as a plain pool does.
   # * A resource is retired after `max_uses` checkouts or `max_age` seconds (each resource
   #   draws its own point within the last tenth of either, see LIMIT_SPREAD), when a holder
   #   reports it broken (#discard, or an exception escaping #with), or when the optional
@@ -271,8 +275,9 @@ module Weft
     # Counters for statistics pages and tests.
     # @return [Hash] size (alive), idle, busy, waiting, limit, created, retired, discarded
     #   (retired because broken), checkouts, timeouts (checkouts that gave up), and the growth
-    #   rule's figures in seconds: hold_time (running median) and create_time (running average),
-    #   nil before the first checkin / creation
+    #   rule's figures: hold_time (running median) and create_time (running average) in
+    #   seconds, nil before the first checkin / creation, and idle_share (running median of the
+    #   share of a resource's cycle it lay idle handed to a waiter, 0.0 before the first)
     def statistics
       @mutex.synchronize do
         {
@@ -408,9 +413,22 @@ module Weft
     # rather than wait for one to come back. Yes below `max_creating` resources (so always
     # without it: the rule is off), when nothing is busy (nothing would come back), before
     # the first checkin and the first creation (no figures yet), while nothing comes back
-    # (@growing), and when the average wait of the line, this checkout included, is longer
-    # than a creation: the k-th of the W + 1 in line waits about k holds spread over the busy
-    # resources, (W + 2) / 2 x hold / busy on average.
+    # (@growing), and otherwise when the average wait of the line, this checkout included, is
+    # longer than a creation: the k-th of the W + 1 in line waits about k holds spread over
+    # the busy resources, (W + 2) / 2 x hold / busy on average; unless returned resources lie
+    # idle for more than IDLE_SHARE_LIMIT of their cycle before the waiter woken for them runs.
+    #
+    # That wait says how long the line is, not that resources are what it lacks. When the
+    # line waits for this process's CPU (a client parsing answers that an upstream sends at
+    # once), a resource that comes back lies idle until its waiter gets the CPU, and one more
+    # resource would wait for the CPU the same way: every resource added stretches every
+    # hold (more holders per reactor turn), so the wait grows with the pool, and the rule grew
+    # it from 16 to 150-220 connections in 30 rounds of 1,000 requests at limit 1,000 (a probe
+    # on 3.3 + YJIT; profile.rb: 4-12 opened per round). The idle share tells the two apart:
+    # against an origin that answers in milliseconds a waiter runs microseconds after its
+    # resource comes back (a share near 0); when the CPU is the queue it runs a reactor turn
+    # later, about what a hold lasts (0.15-0.5). It does not see an upstream that is itself
+    # saturated: its holds stretch with the connections too, while this process idles.
     #
     # The average wait, not the last one's (W + 1 holds): when this process's CPU is what
     # everyone waits for, holds and creations both stretch with that queue, the last
