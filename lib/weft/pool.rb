@@ -60,8 +60,9 @@ module Weft
       include Weft::Error
     end
 
-    # Bookkeeping for one live resource: taken_at is when its current holder checked it out;
-    # limit_factor scales max_uses and max_age for this resource (#spread_factor).
+    # Bookkeeping for one live resource: taken_at is when its current holder checked it out,
+    # held how long its last holder kept it (#sample_idle_share); limit_factor scales max_uses
+    # and max_age for this resource (#spread_factor).
     Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor, :held)
 
     # The share of `max_uses` and `max_age` over which resources' retirements are spread: each
@@ -82,8 +83,8 @@ module Weft
     # and a mean of the two says neither. Per checkin it settles within about 6%, and it
     # follows a change of 10x in about 40 checkins.
     HOLD_STEP = 1.0625
-    # The running median of hand-off shares (see #grow?) moves by this much per hand-off: from
-    # none to IDLE_SHARE_LIMIT in 8 hand-offs, steady within about 2%.
+    # The running median of idle shares (see #grow?) moves by this much per hand-off: from
+    # none to IDLE_SHARE_LIMIT in 8 hand-offs.
     IDLE_SHARE_STEP = 1.0 / 64
     # While a resource handed to a waiter lies idle for more than this share of its cycle (the
     # running median), the waiters wait for this process's CPU, not for resources: the pool
@@ -138,8 +139,9 @@ module Weft
       @check = check
       @close = close
       @create = create
-      # The growth rule's figures in seconds, kept across a fork (see #reset_state): the running
-      # median of holds (#sample_hold) and the running average of creations.
+      # The growth rule's figures, kept across a fork (see #reset_state): the running median of
+      # holds (#sample_hold) and the running average of creations in seconds, and the running
+      # median of idle shares (#sample_idle_share).
       @hold_time = @create_time = nil
       @idle_share = 0.0
       reset_state
@@ -426,8 +428,8 @@ module Weft
     # it from 16 to 150-220 connections in 30 rounds of 1,000 requests at limit 1,000 (a probe
     # on 3.3 + YJIT; profile.rb: 4-12 opened per round). The idle share tells the two apart:
     # against an origin that answers in milliseconds a waiter runs microseconds after its
-    # resource comes back (a share near 0); when the CPU is the queue it runs a reactor turn
-    # later, about what a hold lasts (0.15-0.5). It does not see an upstream that is itself
+    # resource comes back (0.0 with holds of 5 ms); when the CPU is the queue it runs a reactor
+    # turn later, about what a hold lasts (0.15-0.5 in that probe). It does not see an upstream that is itself
     # saturated: its holds stretch with the connections too, while this process idles.
     #
     # The average wait, not the last one's (W + 1 holds): when this process's CPU is what
