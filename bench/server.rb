@@ -251,11 +251,14 @@ module ServerBench
     end
   end
 
+  # Runs a command and returns its output (stderr included). In a full run (#run opens @raw)
+  # the command is logged and its output kept in the raw file; a script that runs a part alone
+  # (bench/server/spread.rb) prints only its own table, so neither happens there.
   def capture(*command)
-    log "$ #{command.join(' ')}"
+    log "$ #{command.join(' ')}" if @raw
     output = IO.popen(command, err: %i[child out], &:read)
-    @raw.puts(output)
-    @raw.flush
+    @raw&.puts(output)
+    @raw&.flush
     output
   end
 

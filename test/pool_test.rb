@@ -211,6 +211,53 @@ class PoolTest < Minitest::Test
     assert_equal 40, eager.statistics[:created]
   end
 
+  # A pool with idle resources serves a burst no larger than their number from them alone.
+  def test_a_burst_no_larger_than_the_idle_resources_creates_none
+    pool = Weft::Pool.new(limit: 100, max_creating: 4) do
+      sleep 0.02
+      Object.new
+    end
+    Weft.run do
+      Weft.map(1..12) { pool.with { sleep 0.05 } } # 12 resources, all idle afterwards
+      created = pool.statistics[:created]
+      5.times { Weft.map(1..12) { pool.with { sleep 0.001 } } }
+      assert_equal created, pool.statistics[:created]
+    end
+  end
+
+  # Holders that keep their resources while this process's CPU is busy with the others (a
+  # client parsing its answers, its upstream answering at once): a returned resource lies idle
+  # for a good share of its cycle, until the waiter woken for it gets the CPU. A new resource
+  # would wait for the CPU the same way, so once the pool has seen that (the first burst), it
+  # does not grow however long the line. Before, the holds, which stretch with every resource
+  # added, said "grow": each burst of 200 opened more (37-42 resources after five).
+  def test_holders_waiting_for_this_processes_cpu_do_not_grow_the_pool
+    pool = Weft::Pool.new(limit: 100, max_creating: 4) do
+      sleep 0.01 # a connect
+      Object.new
+    end
+    spin = lambda do |seconds| # CPU work in the holder: the reactor runs nothing else meanwhile
+      finish = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
+      nil while Process.clock_gettime(Process::CLOCK_MONOTONIC) < finish
+    end
+    burst = lambda do
+      Weft.map(1..200) do
+        pool.with do
+          sleep 0.0002 # the answer's round trip: other fibers run meanwhile
+          spin.call(0.0003) # reading it
+        end
+      end
+    end
+    Weft.run do
+      burst.call # the figures
+      first = pool.statistics[:created]
+      4.times { burst.call }
+      stats = pool.statistics
+      assert_equal first, stats[:created], "the pool grew for holders that waited for the CPU (#{stats.inspect})"
+      assert_operator stats[:idle_share], :>, Weft::Pool.const_get(:IDLE_SHARE_LIMIT)
+    end
+  end
+
   # Below max_creating resources the pool creates without consulting the figures: resources
   # retired one by one (max_uses, discard) would otherwise leave it with one or two, which
   # the figures of quick holds never see as too few.

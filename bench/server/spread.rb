@@ -82,14 +82,13 @@ module SpreadBench
            deferred, load_average)
   end
 
-  # @return [Hash] requests/s (successful responses only), p50 and p99 in ms
+  # ServerBench.wrk (wrk -t1 --latency: requests/s of successful responses, p50 and p99 in ms),
+  # with its socket errors and non-2xx answers on stderr, off the table.
+  # @return [Hash]
   def wrk(port, path, connections, seconds)
-    output = IO.popen(["wrk", "-t1", "-c#{connections}", "-d#{seconds}s", "--latency", "--timeout", "10s",
-                       "http://127.0.0.1:#{port}#{path}"], err: %i[child out], &:read)
-    requests, elapsed = output.match(/(\d+) requests in ([\d.]+)s/).captures
-    failed = output[/Non-2xx or 3xx responses: (\d+)/, 1].to_i
-    warn output[/Socket errors: .+$/] if output.include?("Socket errors")
-    { rps: (requests.to_i - failed) / elapsed.to_f, p50: ServerBench.latency(output, "50%"), p99: ServerBench.latency(output, "99%") }
+    result = ServerBench.wrk(port, path, connections, seconds)
+    warn "#{path}, #{connections} connections: #{result[:errors]}" if result[:errors]
+    result
   end
 
   # @return [Hash] pid => that worker's statistics (symbol keys)

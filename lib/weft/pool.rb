@@ -30,8 +30,12 @@ module Weft
   #   are stale: holders now keep theirs longer). So a pool whose resources come back in
   #   microseconds does not open more for every burst, and one whose holders keep them longer
   #   than a creation takes grows at once. A checkout never times out while the pool may
-  #   grow: when its `acquire_timeout` is up, it creates. Without `max_creating` (nil: the
-  #   limit) a checkout below the limit creates at once, as a plain pool does.
+  #   grow: when its `acquire_timeout` is up, it creates. The line's wait does not count when
+  #   the line waits for this process's CPU rather than for resources: when resources handed
+  #   to waiters lie idle, until the waiter runs, for more than an eighth of their cycle (a
+  #   running median), one more would wait the same way (the cases that create without
+  #   asking still do). Without `max_creating` (nil: the limit) a checkout below the limit
+  #   creates at once, as a plain pool does.
   # * A resource is retired after `max_uses` checkouts or `max_age` seconds (each resource
   #   draws its own point within the last tenth of either, see LIMIT_SPREAD), when a holder
   #   reports it broken (#discard, or an exception escaping #with), or when the optional
@@ -56,9 +60,10 @@ module Weft
       include Weft::Error
     end
 
-    # Bookkeeping for one live resource: taken_at is when its current holder checked it out;
-    # limit_factor scales max_uses and max_age for this resource (#spread_factor).
-    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor)
+    # Bookkeeping for one live resource: taken_at is when its current holder checked it out,
+    # held how long its last holder kept it (#sample_idle_share); limit_factor scales max_uses
+    # and max_age for this resource (#spread_factor).
+    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor, :held)
 
     # The share of `max_uses` and `max_age` over which resources' retirements are spread: each
     # resource retires at its own point between 90% and 100% of the limit. Resources created
@@ -78,12 +83,19 @@ module Weft
     # and a mean of the two says neither. Per checkin it settles within about 6%, and it
     # follows a change of 10x in about 40 checkins.
     HOLD_STEP = 1.0625
+    # The running median of idle shares (see #grow?) moves by this much per hand-off: from
+    # none to IDLE_SHARE_LIMIT in 8 hand-offs.
+    IDLE_SHARE_STEP = 1.0 / 64
+    # While a resource handed to a waiter lies idle for more than this share of its cycle (the
+    # running median), the waiters wait for this process's CPU, not for resources: the pool
+    # does not grow (see #grow?).
+    IDLE_SHARE_LIMIT = 0.125
     # Weight of the newest creation in the average of creation times (creations are few).
     CREATE_WEIGHT = 0.25
     NONE = [].freeze
     # Options of .new that were renamed: old name => new name (see Weft::RenamedOptions).
     RENAMED_OPTIONS = { timeout: :acquire_timeout }.freeze
-    private_constant :Entry, :NONE, :HOLD_STEP, :CREATE_WEIGHT
+    private_constant :Entry, :NONE, :HOLD_STEP, :IDLE_SHARE_STEP, :IDLE_SHARE_LIMIT, :CREATE_WEIGHT
 
     # Accepts the old names of renamed options (RENAMED_OPTIONS), with a deprecation warning.
     # @see #initialize
@@ -127,9 +139,11 @@ module Weft
       @check = check
       @close = close
       @create = create
-      # The growth rule's figures in seconds, kept across a fork (see #reset_state): the running
-      # median of holds (#sample_hold) and the running average of creations.
+      # The growth rule's figures, kept across a fork (see #reset_state): the running median of
+      # holds (#sample_hold) and the running average of creations in seconds, and the running
+      # median of idle shares (#sample_idle_share).
       @hold_time = @create_time = nil
+      @idle_share = 0.0
       reset_state
     end
 
@@ -192,7 +206,7 @@ module Weft
         raise UsageError, "checkin of a resource that is not checked out from this pool" unless entry
         now = Timers.now
         entry.used_at = now
-        sample_hold(now - entry.taken_at)
+        sample_hold(entry.held = now - entry.taken_at)
         if @closed || worn_out?(entry, now)
           retire = true
           @size -= 1
@@ -263,14 +277,15 @@ module Weft
     # Counters for statistics pages and tests.
     # @return [Hash] size (alive), idle, busy, waiting, limit, created, retired, discarded
     #   (retired because broken), checkouts, timeouts (checkouts that gave up), and the growth
-    #   rule's figures in seconds: hold_time (running median) and create_time (running average),
-    #   nil before the first checkin / creation
+    #   rule's figures: hold_time (running median) and create_time (running average) in
+    #   seconds, nil before the first checkin / creation, and idle_share (running median of the
+    #   share of a resource's cycle it lay idle handed to a waiter, 0.0 before the first)
     def statistics
       @mutex.synchronize do
         {
           size: @size, idle: @idle.size, busy: @busy.size, waiting: @waiting, limit: @limit,
           created: @created, retired: @retired, discarded: @discarded, checkouts: @checkouts, timeouts: @timeouts,
-          hold_time: @hold_time, create_time: @create_time
+          hold_time: @hold_time, idle_share: @idle_share, create_time: @create_time
         }
       end
     end
@@ -370,7 +385,16 @@ module Weft
         hand_on_watch if watched && entry # served by a return
         @checkouts += 1
         if entry
-          entry.taken_at = now || Timers.now
+          if now
+            entry.taken_at = now
+          else
+            # It waited, and was served by a resource that came back meanwhile: the resource
+            # lay idle from its checkin until this checkout ran. Counted while the line is as
+            # long as the resources are many, where growth is decided (see #grow?): in a
+            # burst's last hand-offs the CPU frees up, and they would say so to the next burst.
+            entry.taken_at = now = Timers.now
+            sample_idle_share(now - entry.used_at, entry.held) if @waiting >= @busy.size
+          end
           entry.uses += 1
           @busy[entry.resource] = entry
         else
@@ -391,9 +415,22 @@ module Weft
     # rather than wait for one to come back. Yes below `max_creating` resources (so always
     # without it: the rule is off), when nothing is busy (nothing would come back), before
     # the first checkin and the first creation (no figures yet), while nothing comes back
-    # (@growing), and when the average wait of the line, this checkout included, is longer
-    # than a creation: the k-th of the W + 1 in line waits about k holds spread over the busy
-    # resources, (W + 2) / 2 x hold / busy on average.
+    # (@growing), and otherwise when the average wait of the line, this checkout included, is
+    # longer than a creation: the k-th of the W + 1 in line waits about k holds spread over
+    # the busy resources, (W + 2) / 2 x hold / busy on average; unless returned resources lie
+    # idle for more than IDLE_SHARE_LIMIT of their cycle before the waiter woken for them runs.
+    #
+    # That wait says how long the line is, not that resources are what it lacks. When the
+    # line waits for this process's CPU (a client parsing answers that an upstream sends at
+    # once), a resource that comes back lies idle until its waiter gets the CPU, and one more
+    # resource would wait for the CPU the same way: every resource added stretches every
+    # hold (more holders per reactor turn), so the wait grows with the pool, and the rule grew
+    # it from 16 to 150-220 connections in 30 rounds of 1,000 requests at limit 1,000 (a probe
+    # on 3.3 + YJIT; profile.rb: 4-12 opened per round). The idle share tells the two apart:
+    # against an origin that answers in milliseconds a waiter runs microseconds after its
+    # resource comes back (0.0 with holds of 5 ms); when the CPU is the queue it runs a reactor
+    # turn later, about what a hold lasts (0.15-0.5 in that probe). It does not see an upstream that is itself
+    # saturated: its holds stretch with the connections too, while this process idles.
     #
     # The average wait, not the last one's (W + 1 holds): when this process's CPU is what
     # everyone waits for, holds and creations both stretch with that queue, the last
@@ -407,7 +444,21 @@ module Weft
     def grow?
       busy = @busy.size
       return true if @size < @max_creating || busy.zero? || @growing || @hold_time.nil? || @create_time.nil?
+      return false if @idle_share > IDLE_SHARE_LIMIT
       (@waiting + 2) * @hold_time > 2 * busy * @create_time
+    end
+
+    # Under the lock: moves the running median of the share of a resource's cycle (its last
+    # hold and the hand-off after it) that it lay idle, handed to a waiter not yet running.
+    def sample_idle_share(idle, held)
+      cycle = idle + held
+      return unless cycle.positive? # both within the clock's resolution: says nothing
+      share = idle / cycle
+      if share > @idle_share
+        @idle_share += IDLE_SHARE_STEP
+      elsif share < @idle_share
+        @idle_share -= IDLE_SHARE_STEP
+      end
     end
 
     # Under the lock: moves the running median of holds (see HOLD_STEP) after a hold of `held`
