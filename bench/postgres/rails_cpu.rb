@@ -147,6 +147,7 @@ module PostgresBench
     end
 
     def run(seconds, rounds)
+      $stdout.sync = true # each round as it ends
       prepare
       boot
       names = HttpBench.list("BENCH_CONFIGS", "weft,postgresql")
