@@ -22,9 +22,11 @@
 #                  Falcon runs the app in rails_bench.rb
 # either followed by database.yml settings as a query string: "weft?lease_limit=20" (at most 20
 # adapter objects), "weft?pipelining=false".
-# BENCH_YJIT_KEYS (comma-separated) adds YJIT counters to the per-round line (with
-# --yjit-stats); BENCH_SHAPES=1 prints, per round, how many adapter objects ActiveRecord's pool
-# holds and how many distinct object shapes they and their RoutedConnections have.
+# BENCH_SLEEP sets the request's `pg_sleep` in seconds (the app's 0.05 when unset; with 0 and
+# BENCH_C=1 the tool measures one request at a time, CPU-bound). BENCH_YJIT_KEYS
+# (comma-separated) adds YJIT counters to the per-round line (with --yjit-stats); BENCH_SHAPES=1
+# prints, per round, how many adapter objects ActiveRecord's pool holds and how many distinct
+# object shapes they and their RoutedConnections have (Ruby 3.2+: 3.1 has no shapes).
 
 require_relative "rails_bench"
 require "json"
@@ -59,6 +61,10 @@ module PostgresBench
       ENV.update("RAILS_ENV" => "production", "DATABASE_URL" => url("weft-postgresql"), "DB_POOL" => RailsBench::POOL.to_s,
                  "RAILS_ISOLATION_LEVEL" => "fiber")
       require File.join(RailsBench::APP, "config/environment")
+      return unless ENV["BENCH_SLEEP"]
+
+      PostsController.send(:remove_const, :SLOW_QUERY_SECONDS)
+      PostsController.const_set(:SLOW_QUERY_SECONDS, Float(ENV["BENCH_SLEEP"]))
     end
 
     # @return [Hash] the ActiveRecord configuration named `name`: "weft" or "postgresql", then
@@ -153,7 +159,8 @@ module PostgresBench
       names = HttpBench.list("BENCH_CONFIGS", "weft,postgresql")
       fibers = Integer(ENV.fetch("BENCH_C", "200"))
       results = Hash.new { |hash, key| hash[key] = [] }
-      puts "#{RUBY_DESCRIPTION}; Rails #{Rails.version}; #{fibers} fibers; #{seconds} s per configuration, window from #{SKIP_START} s"
+      puts "#{RUBY_DESCRIPTION}; Rails #{Rails.version}; #{fibers} fibers; pg_sleep(#{PostsController::SLOW_QUERY_SECONDS}); " \
+           "#{seconds} s per configuration, window from #{SKIP_START} s"
       # Unreported: each configuration's first run compiles (YJIT) and connects.
       names.each { |name| measure(name, SKIP_START + 3, fibers, -1) }
       rounds.times do |round|
