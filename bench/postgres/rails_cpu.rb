@@ -89,12 +89,14 @@ module PostgresBench
       raise "POST answered #{status}" unless status == 201
     end
 
+    # The process's counters now (a window is the difference of two).
+    # @return [Hash]
     def counters(requests)
       gc = GC.stat
-      times = Process.times
-      { cpu: Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID), system: times.stime, requests: requests, allocated: gc[:total_allocated_objects],
-        minor: gc[:minor_gc_count], major: gc[:major_gc_count], gc_ms: gc[:time] || 0,
-        yjit: (RubyVM::YJIT.runtime_stats if defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? && RubyVM::YJIT.stats_enabled?) }
+      yjit = defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? && RubyVM::YJIT.stats_enabled?
+      { cpu: Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID), system: Process.times.stime, requests: requests,
+        allocated: gc[:total_allocated_objects], minor: gc[:minor_gc_count], major: gc[:major_gc_count], gc_ms: gc[:time] || 0,
+        yjit: (RubyVM::YJIT.runtime_stats if yjit) }
     end
 
     # Runs `name`'s configuration for `seconds` with `fibers` request loops.
@@ -119,6 +121,7 @@ module PostgresBench
         before = counters(requests)
         sleep seconds - SKIP_START
         after = counters(requests)
+        after[:seconds] = seconds - SKIP_START
         after[:shapes] = shapes if ENV["BENCH_SHAPES"]
         stop = true
         Weft.gather(*loops)
@@ -137,9 +140,11 @@ module PostgresBench
         raw_classes: raw.map(&:class).tally.transform_keys(&:name), raw_shapes: raw.map(&shape).tally.size }
     end
 
+    # The window's figures per request answered (and YJIT's counters, when it counts).
+    # @return [Hash]
     def window(before, after)
       requests = after[:requests] - before[:requests]
-      result = { requests: requests, cpu_us: (after[:cpu] - before[:cpu]) * 1e6 / requests,
+      result = { requests: requests, rate: requests.fdiv(after[:seconds]), cpu_us: (after[:cpu] - before[:cpu]) * 1e6 / requests,
                  system_us: (after[:system] - before[:system]) * 1e6 / requests,
                  objects: (after[:allocated] - before[:allocated]).fdiv(requests),
                  minor_per_1k: (after[:minor] - before[:minor]) * 1000.0 / requests,
@@ -152,6 +157,8 @@ module PostgresBench
       result
     end
 
+    # Runs the rounds and prints each configuration's figures per round, then its CPU per
+    # request over the rounds.
     def run(seconds, rounds)
       $stdout.sync = true # each round as it ends
       prepare
@@ -168,9 +175,10 @@ module PostgresBench
           load_before = File.read("/proc/loadavg").split.first
           w = measure(name, seconds, fibers, round)
           results[name] << w[:cpu_us]
-          puts format("round %d %-14s load %s  %5d requests, %6.0f µs CPU (system %4.0f), %5.0f objects, %.1f minor + %.1f major GC per 1k, " \
-                      "%4.0f µs GC%s%s",
-                      round + 1, name, load_before, w[:requests], w[:cpu_us], w[:system_us], w[:objects], w[:minor_per_1k], w[:major_per_1k], w[:gc_us],
+          puts format("round %d %-14s load %s  %5d requests (%.1f/s), %6.0f µs CPU (system %4.0f), %5.0f objects, " \
+                      "%.1f minor + %.1f major GC per 1k, %4.0f µs GC%s%s",
+                      round + 1, name, load_before, w[:requests], w[:rate], w[:cpu_us], w[:system_us], w[:objects], w[:minor_per_1k],
+                      w[:major_per_1k], w[:gc_us],
                       w[:yjit] ? "  YJIT #{w[:yjit].inspect}" : "", w[:shapes] ? "  #{w[:shapes].inspect}" : "")
         end
       end
