@@ -16,7 +16,8 @@
 #
 # Environment: BENCH_SERVERS (default "weft,falcon,puma5,puma10"; pumaN is Puma with N
 # threads), BENCH_C (200), BENCH_RATES ("20,40,60,70,80,90"), BENCH_DB_POOL (5), BENCH_OUT (the
-# report's path).
+# report's path), BENCH_WEFT_SETTINGS (more database.yml settings for Weft's adapter, as a query
+# string on its DATABASE_URL: "lease_limit=20").
 
 require_relative "support"
 require_relative "http_bench"
@@ -67,6 +68,7 @@ module PostgresBench
     def environment(name)
       database = "weft_rails_#{name}"
       url = PostgresBench.database[:url].sub(%r{/[^/]*\z}, "/#{database}").sub(/\Apostgres(ql)?:/, "#{server(name)[:scheme]}:")
+      url += "?#{ENV['BENCH_WEFT_SETTINGS']}" if name == "weft" && ENV["BENCH_WEFT_SETTINGS"]
       { "RAILS_ENV" => "production", "DATABASE_URL" => url, "DB_POOL" => POOL.to_s, "SEED_AUTHORS" => AUTHORS.to_s,
         "RAILS_ISOLATION_LEVEL" => server(name)[:isolation] }
     end
