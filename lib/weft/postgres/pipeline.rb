@@ -144,8 +144,8 @@ module Weft
       # run longer than `stall_after` seconds (it may be long, and everything sent here waits
       # for it; see #stalled?). A pipeline with a statement in flight that the pool knows runs
       # long (Request#slow) takes nothing: a caller is better off waiting for whichever
-      # connection frees up first. One call per pipeline and choice, as the pool makes a choice
-      # per statement.
+      # connection frees up first. The pool asks it of every pipeline only when the shallowest
+      # one (#open_depth) is stalled.
       # @return [Integer, nil] nil when it takes no statement now: `limit` in flight, a slow
       #   statement in flight, draining, or fenced (a cancel request is on its way)
       def load(now, limit, stall_after)
@@ -159,6 +159,17 @@ module Weft
         progress = @progress_at
         started = progress if progress && progress > started
         now - started > stall_after ? depth + limit : depth
+      end
+
+      # The statements in flight, when the pipeline takes a statement now (as #load, without the
+      # stall check): what the pool compares first, for every pipeline and statement, in Integers
+      # only, whose arithmetic and comparisons YJIT compiles inline (the stall check's Floats are
+      # method calls: two comparisons and a subtraction per pipeline).
+      # @return [Integer, nil] nil when #load would be nil
+      def open_depth(limit)
+        return nil if @cancelling || @draining || @slow_in_flight > 0
+        depth = @queue.size + @segment.size
+        depth < limit ? depth : nil
       end
 
       # Whether a statement may be sent here at all, a slow one in flight or not: fewer than
@@ -232,9 +243,20 @@ module Weft
       # the statement running, without the caller waiting for that.
       # @return [PG::Result]
       def await(request)
-        wait_for(request.condition) { request.settled? }
+        # #wait_for without a deadline, written out: every pipelined statement waits here, and
+        # the block would be called at every look.
+        condition = request.condition
+        @waiters[condition] = true
+        until request.settled?
+          if @reader || in_flight_none?
+            condition.wait(@lock)
+          else
+            lead(condition, nil) { request.settled? }
+          end
+        end
         request.value
       ensure
+        leave(condition)
         abandon(request) unless request.settled?
       end
 
@@ -336,15 +358,19 @@ module Weft
         end
         true
       ensure
+        leave(condition)
+      end
+
+      # A waiter leaves (#wait_for, #await) and passes the reader role on. The waiter a leaving
+      # reader signalled may have been settled in the same batch and be leaving too; then it
+      # passes the role on here, and so on. The last to leave, with statements still in flight
+      # (all abandoned), leaves them to the background task that reads them out
+      # (#cancel_abandoned_head).
+      def leave(condition)
         @waiters.delete(condition)
-        # Pass the reader role on. The waiter a leaving reader signalled may have been settled
-        # in the same batch and be leaving too; then it passes the role on here, and so on.
-        # The last to leave, with statements still in flight (all abandoned), leaves them to
-        # the background task that reads them out (#cancel_abandoned_head).
-        unless @reader
-          waiter = first_waiter
-          waiter ? waiter.signal : cancel_abandoned_head
-        end
+        return if @reader
+        waiter = first_waiter
+        waiter ? waiter.signal : cancel_abandoned_head
       end
 
       def first_waiter
@@ -401,6 +427,15 @@ module Weft
       # the socket became ready, when the reactor can tell (ServerTime): that is the earliest a
       # segment whose sync point it brings can have ended on the server (#settle_segment).
       # Woken only because the socket can be written to (#lead), it reads nothing.
+      #
+      # Statements submitted since the reader's last flush, whose end-of-turn flush is still to
+      # come, are written first, with their sync point: libpq's consume_input writes whatever
+      # it holds before it reads, so they went out without it, and the sync point in a write of
+      # its own when the flush came, two writes where one does. That was the common case: the
+      # reactor resumes a reader inside its poll, after the turn's fibers have submitted and
+      # before its timers fire. A write costs this process ~5 µs of CPU on a local server (the
+      # kernel runs the receiving side of loopback TCP in the writer's system call), and the
+      # second write made a third of all writes (bench/results/postgres-ruby-3.3.md).
       def wait_and_read(events, timeout)
         io = @raw.socket_io
         waiting_since = Timers.now
@@ -408,6 +443,10 @@ module Weft
         return if ready.is_a?(Integer) && (ready & IO::READABLE).zero?
 
         ready_after = ServerTime.ready_after(waiting_since)
+        if @flush_scheduled
+          @flush_scheduled = false
+          flush
+        end
         read_at = @read_at
         @raw.consume_input
         @read_at = Timers.now
@@ -421,7 +460,12 @@ module Weft
         results = @results
         failed = READER.take(@raw, results, @syncs)
         queue = @queue
-        results.each do |result|
+        # A loop rather than Array#each: the block would be called from C for every result, and
+        # a `break` out of it unwinds through C.
+        index = 0
+        while index < results.size
+          result = results[index]
+          index += 1
           if result.nil? # the end of the head statement's results
             request = queue.shift or next
             @clean = false if request.result.nil?
@@ -471,7 +515,10 @@ module Weft
 
       # Every statement of the segment succeeded: each caller gets its result.
       def settle_committed(segment)
-        segment.each do |request|
+        index = 0
+        while index < segment.size # no block called from C for every statement (#settle_ready)
+          request = segment[index]
+          index += 1
           if request.abandoned?
             request.result.clear
             @abandoned -= 1

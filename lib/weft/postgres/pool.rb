@@ -197,12 +197,11 @@ module Weft
             conn.exec_params(sql, params)
           end
         end
-        # One turn of the lock either takes a free connection (then the statement runs on it
-        # outside the lock) or pipelines the statement.
-        interruptible(AT_WAITS) do
-          outcome = locked { take_unpressed || pipelined(sql, params, !role.nil?) } # :setting or :end
-          outcome.is_a?(Connection) ? run_alone(outcome, sql, params) : outcome
-        end
+        # #interruptible, written out: every pipelined statement comes this way. A setting or the
+        # end of the transaction (role :setting or :end) goes in a segment of its own.
+        alone = !role.nil?
+        return shared_query(sql, params, alone) if Fiber.scheduler && !Fiber.current.blocking?
+        Thread.handle_interrupt(AT_WAITS) { shared_query(sql, params, alone) }
       end
 
       # Pins a connection for the block: session state (SET, temporary tables, prepared
@@ -513,6 +512,22 @@ module Weft
       end
 
       # --- Shared use ---------------------------------------------------------------------------
+
+      # #query's statement outside a pin: one turn of the lock either takes a free connection
+      # (then the statement runs on it outside the lock) or pipelines the statement. #locked
+      # written out, with the lock taken and given back here rather than by Mutex#synchronize,
+      # whose block Ruby calls from C (a call YJIT cannot compile into its caller).
+      def shared_query(sql, params, alone)
+        after_fork if ForkHandler.generation != @generation
+        raise PoolClosed, "the pool is closed" if @closed
+        @lock.lock
+        begin
+          outcome = take_unpressed || pipelined(sql, params, alone)
+        ensure
+          @lock.unlock
+        end
+        outcome.is_a?(Connection) ? run_alone(outcome, sql, params) : outcome
+      end
 
       # A caller of #query waiting for a pipeline slot; `woken` while a wake-up is on its way
       # to it (see #wake_slot_waiter); `since`: when it began to wait (see #release);
@@ -832,8 +847,35 @@ module Weft
         best
       end
 
+      # The pipeline with the least Pipeline#load, the first of them if several. Called for every
+      # pipelined statement, so it looks for the shallowest pipeline first (Pipeline#open_depth:
+      # Integers only) and checks only that one for a stall: not stalled, its load is its depth,
+      # and every other pipeline's is at least its own depth, so it is the one. Loops without a
+      # block (Array#each calls its block from C, once per connection).
       def least_loaded
+        shared = @shared
+        limit = @pipeline_depth
+        best = nil
+        best_depth = nil
+        index = 0
+        while index < shared.size
+          pipeline = shared[index].pipeline
+          index += 1
+          depth = pipeline.open_depth(limit) or next
+          if best.nil? || depth < best_depth
+            best = pipeline
+            best_depth = depth
+          end
+        end
+        return best if best.nil?
+
         now = Timers.now
+        best.stalled?(now, STALL_AFTER) ? least_loaded_stalled(now) : best
+      end
+
+      # #least_loaded when the shallowest pipeline is stalled: a stalled pipeline's load counts
+      # `pipeline_depth` more (Pipeline#load).
+      def least_loaded_stalled(now)
         best = nil
         best_load = nil
         @shared.each do |connection|
