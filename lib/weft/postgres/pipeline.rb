@@ -243,20 +243,9 @@ module Weft
       # the statement running, without the caller waiting for that.
       # @return [PG::Result]
       def await(request)
-        # #wait_for without a deadline, written out: every pipelined statement waits here, and
-        # the block would be called at every look.
-        condition = request.condition
-        @waiters[condition] = true
-        until request.settled?
-          if @reader || in_flight_none?
-            condition.wait(@lock)
-          else
-            lead(condition, nil) { request.settled? }
-          end
-        end
+        wait_for(request.condition) { request.settled? }
         request.value
       ensure
-        leave(condition)
         abandon(request) unless request.settled?
       end
 
@@ -361,7 +350,7 @@ module Weft
         leave(condition)
       end
 
-      # A waiter leaves (#wait_for, #await) and passes the reader role on. The waiter a leaving
+      # A waiter leaves (#wait_for) and passes the reader role on. The waiter a leaving
       # reader signalled may have been settled in the same batch and be leaving too; then it
       # passes the role on here, and so on. The last to leave, with statements still in flight
       # (all abandoned), leaves them to the background task that reads them out

@@ -57,9 +57,6 @@ module Weft
       # Seconds a connection given back after an interrupted statement may take to be made
       # usable again (cancel, drain, rollback) before it is closed instead.
       RESET_GRACE = 2.0
-      # What Pool#query refuses: a transaction on a shared connection would swallow the
-      # statements of every caller behind it. (Leading comments are skipped, query tags too.)
-      TRANSACTION_START = StatementScope::TRANSACTION_START
       # Outside a fiber scheduler, a deadline or Timeout reaches a thread as an exception raised
       # into it by another thread, at whatever it is doing. The pool lets it in only where it is
       # ready for it, like a fiber scheduler does, so it can never land between taking a
@@ -197,11 +194,10 @@ module Weft
             conn.exec_params(sql, params)
           end
         end
-        # #interruptible, written out: every pipelined statement comes this way. A setting or the
-        # end of the transaction (role :setting or :end) goes in a segment of its own.
+        # A setting or the end of the transaction (role :setting or :end) goes in a segment of
+        # its own.
         alone = !role.nil?
-        return shared_query(sql, params, alone) if Fiber.scheduler && !Fiber.current.blocking?
-        Thread.handle_interrupt(AT_WAITS) { shared_query(sql, params, alone) }
+        interruptible(AT_WAITS) { shared_query(sql, params, alone) }
       end
 
       # Pins a connection for the block: session state (SET, temporary tables, prepared
