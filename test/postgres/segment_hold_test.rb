@@ -30,16 +30,21 @@ class PostgresSegmentHoldTest < Minitest::Test
   end
 
   def test_statements_of_fibers_woken_together_go_out_in_one_segment
-    db = pool(limit: 1) # one connection: every statement of every fiber on it
+    db = pool(limit: 2)
+    fibers = 40
+    rounds = 100
     reactor do
-      starts = run_rounds(db, "select now()::text", fibers: 25, rounds: 50) { |pool, sql| pool.query(sql).getvalue(0, 0) }
-      per_segment = starts.size.to_f / starts.uniq.size
-      # Without the hold-back about half the segments held one statement, the reader's, and
-      # there were 4-5 statements per segment; with it, 10-11 (the callers settle in two or
-      # three groups that take turns on the connection).
-      assert_operator per_segment, :>, 7, "#{per_segment.round(1)} statements per segment"
+      starts = run_rounds(db, "select now()::text", fibers: fibers, rounds: rounds) { |pool, sql| pool.query(sql).getvalue(0, 0) }
+      sizes = starts.tally.values # statements per segment
+      alone = sizes.count(1) * 100.0 / sizes.size
+      # Without the hold-back a third to half of the segments held one statement (the
+      # reader's: 51-53% on 3.3 + YJIT, 33-39% on 3.1), with it 10-21% and 5-12% (a reader
+      # whose statement settled alone wakes nobody, and goes on alone).
+      assert_operator alone, :<, 27, "#{alone.round(1)}% of #{sizes.size} segments held one statement"
     end
-    assert_operator db.statistics[:pipelined], :>=, 25 * 50
+    # Nearly all pipelined (a fiber's first statement, and one sent while the pipelines had
+    # drained, may run alone on a connection).
+    assert_operator db.statistics[:pipelined], :>=, fibers * rounds * 0.9
   end
 
   def test_on_a_busy_reactor_statements_are_written_at_the_end_of_their_turn
