@@ -78,6 +78,9 @@ module Weft
       # only after a turn of the reactor that kept it busy for less than this many seconds
       # (Scheduler#busy): the held statements wait about one such turn.
       HOLD_TURN = 0.001
+      # #hold_back's count when the callers it waits for are not known: the held segment waits
+      # for the next turn's flush.
+      UNCOUNTED = 1 << 30
 
       # @return [Connection]
       attr_reader :connection
@@ -116,6 +119,8 @@ module Weft
         @flush_scheduler = nil # the reactor of @flush_timers
         @deferred_flush = method(:deferred_flush)
         @held = false # the end-of-turn flush held the segment being built back (#hold_back)
+        @hold_for = 0 # statements in the held segment at which it is written (#hold_back)
+        @settled = 0  # statements settled since the end-of-turn flush last came (#hold_back)
         @segment_sent_at = nil # when the first statement of the segment being built was submitted
         @unwritten = 0      # statements submitted since the last flush (at the end of @queue)
         @progress_at = nil  # monotonic time the last segment's sync point came back
@@ -238,6 +243,7 @@ module Weft
         @unwritten += 1
         sync if request.alone
         schedule_flush
+        flush_held if @held && @unwritten >= @hold_for
       rescue PG::Error, IOError, SystemCallError => e
         raise e unless @raw.status != PG::CONNECTION_OK || @queue.include?(request)
         lost(e)
@@ -332,7 +338,9 @@ module Weft
       def deferred_flush
         return unless @lock.try_lock # a thread holds it: the reader flushes on its next turn
         begin
-          return if hold_back
+          settled = @settled
+          @settled = 0
+          return if hold_back(settled)
           @flush_scheduled = false
           flush unless @raw.finished?
         rescue PG::Error, IOError, SystemCallError
@@ -359,14 +367,28 @@ module Weft
       # (Scheduler#busy); on a reactor busy with CPU-bound fibers every statement is written at
       # the end of the turn it was sent in, as without the hold. Statements count as sent when
       # written (#mark_written): the wait is never taken for the server's time.
+      #
+      # The segment is written as soon as it holds as many statements as were settled here
+      # since the last end-of-turn flush (#flush_held), by the last of the woken callers to
+      # send its statement, rather than after the rest of the next turn's fibers: one of them
+      # may be CPU-bound, and the short turn it follows is no promise about the next one.
+      # @param settled [Integer] statements settled here since the last end-of-turn flush
       # @return [Boolean] whether it held the segment back
-      def hold_back
+      def hold_back(settled)
         return false if @held || @unwritten.zero?
         scheduler = @flush_scheduler
         return false unless scheduler.ready? && scheduler.busy < HOLD_TURN
         @held = true
+        @hold_for = settled > @unwritten ? settled : UNCOUNTED
         @flush_timer.reschedule(0)
         true
+      end
+
+      # Writes the held segment: every caller it was held for has sent its statement (#hold_back).
+      def flush_held
+        @held = false
+        @flush_scheduled = false
+        flush
       end
 
       # Waits until the block is true, reading results meanwhile if nobody else is.
@@ -530,6 +552,7 @@ module Weft
         started = segment.empty? ? @read_at : segment_start(segment.first)
         took = @arrived_after - started
         @progress_at = @read_at
+        @settled += segment.size
         segment.each { |request| @slow_in_flight -= 1 if request.slow } if @slow_in_flight > 0
         segment.each { |request| Trace.event(:answered, @connection, request.object_id) } if Trace::ON
         clean = @clean
