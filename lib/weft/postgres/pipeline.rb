@@ -78,9 +78,6 @@ module Weft
       # only after a turn of the reactor that kept it busy for less than this many seconds
       # (Scheduler#busy): the held statements wait about one such turn.
       HOLD_TURN = 0.001
-      # #hold_back's count when the callers it waits for are not known: the held segment waits
-      # for the next turn's flush.
-      UNCOUNTED = 1 << 30
 
       # @return [Connection]
       attr_reader :connection
@@ -371,15 +368,17 @@ module Weft
       # The segment is written as soon as it holds as many statements as were settled here
       # since the last end-of-turn flush (#flush_held), by the last of the woken callers to
       # send its statement, rather than after the rest of the next turn's fibers: one of them
-      # may be CPU-bound, and the short turn it follows is no promise about the next one.
+      # may be CPU-bound, and the short turn it follows is no promise about the next one. With
+      # no caller woken here beside the ones whose statements it holds (a reader whose own
+      # statement settled alone) nothing is held: nobody is known to be coming.
       # @param settled [Integer] statements settled here since the last end-of-turn flush
       # @return [Boolean] whether it held the segment back
       def hold_back(settled)
-        return false if @held || @unwritten.zero?
+        return false if @held || @unwritten.zero? || settled <= @unwritten
         scheduler = @flush_scheduler
         return false unless scheduler.ready? && scheduler.busy < HOLD_TURN
         @held = true
-        @hold_for = settled > @unwritten ? settled : UNCOUNTED
+        @hold_for = settled
         @flush_timer.reschedule(0)
         true
       end
