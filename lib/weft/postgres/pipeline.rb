@@ -348,29 +348,28 @@ module Weft
       end
 
       # Whether the end-of-turn flush leaves the segment being built to the next turn (re-arming
-      # itself for it), which it does once, when fibers woken so far are ready to run and the
-      # reactor's turns are short. The case it is for: a connection's reader, resumed inside
-      # the reactor's poll, settles a segment, wakes its other callers and goes on at once with
-      # its own fiber's next statement. The woken callers run first thing on the next turn and
-      # send theirs, to this connection (the least loaded now); written at once, the reader's
-      # statement went in a segment of its own and theirs in a second one, two writes and two
-      # rounds of the server where one does (in bench/postgres/pool_bench.rb half the segments
-      # held one statement; held back, 96% hold 21-25: bench/results/postgres-ruby-3.3.md,
-      # 2026-12-07).
+      # itself for it), which it does once, when callers were woken here since its last flush,
+      # fibers woken so far are ready to run and the reactor's turns are short.
       #
-      # The held statements wait for the next turn: the reader, waiting for the socket to turn
-      # writable too (#lead), writes them at the next poll, or this flush does after it. So the
-      # hold is made only after a turn that kept the reactor busy for less than HOLD_TURN
-      # (Scheduler#busy); on a reactor busy with CPU-bound fibers every statement is written at
-      # the end of the turn it was sent in, as without the hold. Statements count as sent when
-      # written (#mark_written): the wait is never taken for the server's time.
+      # The case it is for: a connection's reader, resumed inside the reactor's poll, settles a
+      # segment, wakes its other callers and goes on at once with its own fiber's next
+      # statement. The woken callers run first thing on the next turn and send theirs, to this
+      # connection (the least loaded now); written at once, the reader's statement went in a
+      # segment of its own and theirs in a second one, two writes and two rounds of the server
+      # where one does (in bench/postgres/pool_bench.rb half the segments held one statement;
+      # held back, 97% hold 21-25: bench/results/postgres-ruby-3.3.md, 2026-12-07).
       #
       # The segment is written as soon as it holds as many statements as were settled here
-      # since the last end-of-turn flush (#flush_held), by the last of the woken callers to
-      # send its statement, rather than after the rest of the next turn's fibers: one of them
-      # may be CPU-bound, and the short turn it follows is no promise about the next one. With
-      # no caller woken here beside the ones whose statements it holds (a reader whose own
-      # statement settled alone) nothing is held: nobody is known to be coming.
+      # since the last end-of-turn flush, by the last of the woken callers to send its
+      # statement (#flush_held), before the rest of the next turn's fibers run; if not all of
+      # them come back, by the reader at the next poll (it waits for the socket to turn
+      # writable too, #lead) or by this flush after it. With no caller woken here beside those
+      # whose statements it holds (a reader whose own statement settled alone) nobody is known
+      # to be coming, and nothing is held. The wait is a turn at most, so the hold is made only
+      # after a turn that kept the reactor busy for less than HOLD_TURN (Scheduler#busy): on a
+      # reactor busy with CPU-bound fibers every statement is written at the end of the turn it
+      # was sent in, as without the hold. Statements count as sent when written
+      # (#mark_written): the wait is never taken for the server's time.
       # @param settled [Integer] statements settled here since the last end-of-turn flush
       # @return [Boolean] whether it held the segment back
       def hold_back(settled)
