@@ -187,6 +187,24 @@ class HTTPClientTest < Minitest::Test
     assert_equal 1, srv.connections
   end
 
+  # The Content-Length of an answer to HEAD, or of a 304, is the length of the body a GET would
+  # get: it neither limits nor sizes a body that is not sent, and nothing is inflated.
+  def test_the_length_of_a_body_not_sent_is_not_held_against_max_body_size
+    length = (100 * 1024 * 1024).to_s
+    srv = server do |r|
+      fields = { "content-length" => length }
+      fields["content-encoding"] = "gzip" if r.path == "/gzipped"
+      [r.path == "/cached" ? 304 : 200, fields, ""]
+    end
+    http = client(srv.url, max_body_size: 1024)
+    head = http.head("/file")
+    assert_equal [200, "", length], [head.status, head.body, head["content-length"]]
+    assert_equal [304, ""], http.get("/cached").then { |response| [response.status, response.body] }
+    gzipped = http.head("/gzipped")
+    assert_equal [length, "gzip"], [gzipped["content-length"], gzipped["content-encoding"]]
+    assert_equal 1, srv.connections
+  end
+
   def test_gzip_and_deflate_bodies_are_inflated
     text = "compress me " * 1000
     srv = server do |r|
