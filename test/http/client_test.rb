@@ -82,6 +82,19 @@ class HTTPClientTest < Minitest::Test
     assert_raises(ArgumentError) { http.get("/café") }
   end
 
+  def test_a_string_body_that_does_not_match_its_content_length_is_refused_before_connecting
+    srv = echo_server
+    http = client(srv.url, breaker: { window_calls: 2 })
+    2.times do
+      error = assert_raises(ArgumentError) { http.post("/", body: "four", headers: { "content-length" => "9" }) }
+      assert_match(/does not match the body's 4 bytes/, error.message)
+    end
+    assert_empty http.statistics, "a connection was opened for a request that could not be sent"
+    assert_equal "POST /? four", http.post("/", body: "four").body, "the caller's mistake opened the origin's breaker"
+  ensure
+    Weft::CircuitBreaker.unregister("http #{srv.url.chomp('/')}") if srv && defined?(Weft::CircuitBreaker)
+  end
+
   def test_invalid_arguments_are_rejected_before_anything_is_sent
     http = client("http://127.0.0.1:1")
     assert_raises(ArgumentError) { http.get("/", headers: { "x-bad" => "a\r\nInjected: 1" }) }

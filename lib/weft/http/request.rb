@@ -72,8 +72,8 @@ module Weft
         @origin = origin
         @target = target
         @headers = Request.fields(headers)
-        check_declared_length
         @body = body
+        check_declared_length
         @body_start = body.respond_to?(:pos) ? safe_pos(body) : nil
       end
 
