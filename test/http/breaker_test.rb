@@ -92,6 +92,26 @@ class HTTPClientBreakerTest < Minitest::Test
     assert_equal [4, 4], breaker.statistics.values_at(:calls, :failures)
   end
 
+  # Work that outlived the caller's deadline, then asks the origin: the request fails without
+  # connecting (nothing reached the origin), which says nothing about the origin.
+  def test_a_request_begun_past_the_callers_deadline_is_not_held_against_the_origin
+    srv = server { |_request| [200, {}, "ok"] }
+    http = client(srv.url, breaker: FAST)
+    Weft.run do
+      Weft.deadline(0.02) do
+        begin
+          sleep 1
+        rescue Weft::DeadlineExceeded
+          nil
+        end
+        4.times { assert_raises(Weft::HTTP::DeadlineExceeded) { http.get("/") } }
+      end
+    end
+    assert_equal 0, srv.connections
+    assert_equal [:closed, 0, 4], http_breaker(srv).statistics.values_at(:state, :failures, :starved)
+    assert_equal "ok", http.get("/").body
+  end
+
   def test_a_cancelled_request_is_not_counted
     srv = server { |_request| sleep 1; [200, {}, "late"] }
     breaker = Weft::CircuitBreaker.new("test #{name}", register: false, **FAST)
