@@ -208,6 +208,23 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal :open, b.state
   end
 
+  # A NameError (NoMethodError included) in the block is a bug in the calling code, a typo or a
+  # method called on nil: handed to the fallback it would hide behind degraded answers, and
+  # counted it would open the breaker of a healthy dependency. Unless failure: says it counts.
+  def test_a_name_error_is_a_bug_that_propagates_uncounted_past_the_fallback
+    b = breaker(minimum_calls: 1, window_calls: 1)
+    fallback_ran = false
+    assert_raises(NoMethodError) { b.call(fallback: ->(_) { fallback_ran = true }) { nil.upcase } }
+    assert_raises(NameError) { b.call(fallback: ->(_) { fallback_ran = true }) { Object.const_get(:NoSuchShard) } }
+    refute fallback_ran, "the fallback stood in for a bug"
+    assert_equal [:closed, 0, 2], [b.state, *b.statistics.values_at(:failures, :ignored)]
+    assert_equal :fallback, b.call(fallback: ->(_) { :fallback }) { raise Boom }, "other errors still count"
+    assert_equal :open, b.state
+    counting = breaker(failure: [StandardError], minimum_calls: 1, window_calls: 1)
+    assert_equal :fallback, counting.call(fallback: ->(_) { :fallback }) { nil.upcase }
+    assert_equal :open, counting.state
+  end
+
   def test_a_failure_without_fallback_propagates_untouched_and_counts
     b = breaker(minimum_calls: 1, window_calls: 1)
     raised = Boom.new("shard down")

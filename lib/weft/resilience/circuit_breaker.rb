@@ -59,6 +59,10 @@ module Weft
   class CircuitBreaker
     CATCH_ALL = [Exception].freeze
     CATCH_NONE = [].freeze
+    # What counts as a failure unless `failure:` says otherwise: a StandardError that is not a
+    # bug in the calling code (see Resilience.bug?: a NameError or NoMethodError propagates,
+    # uncounted, past the fallback).
+    DEFAULT_FAILURE = ->(error) { !Resilience.bug?(error) }
     # What a call cancelled after its deadline passed is judged as.
     LATE = DeadlineExceeded.new("cancelled after its deadline passed").freeze
     private_constant :CATCH_ALL, :CATCH_NONE, :LATE
@@ -133,13 +137,14 @@ module Weft
     #   sick then fails its probes fast, and the callers admitted to probe it wait that long at
     #   most, not the whole of their own deadline.
     # @param failure [Array<Class, Module>, #call] the exception classes (or modules: Weft::Error) that count as failures, or a predicate
-    #   given the exception (StandardError by default)
+    #   given the exception (by default every StandardError but a NameError, NoMethodError
+    #   included: see DEFAULT_FAILURE; `[StandardError]` counts those too)
     # @param rate_limit [RateLimiter, nil] applied to every admitted call, in every state
     # @param bulkhead [Bulkhead, nil] bounds how many admitted calls run at once
     # @param register [Boolean] whether to add the breaker to the registry (and so to /stats)
     def initialize(name, window_calls: nil, window_seconds: nil, minimum_calls: nil, failure_rate: 0.5,
                    failing_for: nil, slow_call: nil, slow_rate: 0.5, open_for: 5, ramp: DEFAULT_RAMP, ramp_for: 6,
-                   ramp_minimum_calls: 5, ramp_deadline: nil, failure: [StandardError], rate_limit: nil, bulkhead: nil,
+                   ramp_minimum_calls: 5, ramp_deadline: nil, failure: DEFAULT_FAILURE, rate_limit: nil, bulkhead: nil,
                    register: true)
       @name = name.to_s
       raise ArgumentError, "a circuit breaker needs a name" if @name.empty?

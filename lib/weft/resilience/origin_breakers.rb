@@ -11,7 +11,8 @@ module Weft
     # server's statistics list it.
     #
     # A call counts as failed when it raises an exception its breaker counts (the breaker's
-    # `failure:` option: StandardError by default, never a cancellation before the deadline) or
+    # `failure:` option: by default a StandardError that is not a bug such as a NoMethodError,
+    # never a cancellation before the deadline) or
     # when it returns a response whose status is in `failed_statuses`; such a response still
     # reaches the caller.
     class OriginBreakers
