@@ -34,6 +34,9 @@ class HTTPClientTest < Minitest::Test
     assert_equal "t1", response["X-Seen"]
     assert_equal ["a=1"], response.headers.all("Set-Cookie")
     assert_equal "DELETE /x?", http.delete("/x").body
+    # A fragment stays with the caller: it is not part of the request target.
+    assert_equal "GET /api/users?q=1", http.get("users#top", query: { "q" => 1 }).body
+    assert_equal "GET /x?a=1", http.get("/x?a=1#top").body
     # Methods as symbols or in any case, and one outside the common set, go out upper-case.
     assert_equal "PUT /s?", http.request(:put, "/s").body
     assert_equal "PATCH /p?", http.request("Patch", "/p").body

@@ -304,6 +304,9 @@ module Weft
       #   URL, and "user:password" if the URL (or the base URL, for a relative one) has them
       def resolve(url)
         text = url.to_s
+        # A fragment is never sent (RFC 9110 4.2.4): a server would see '#' in the target, which
+        # is invalid there (Weft's own server answers 400), and a query: would go after it.
+        text = text[0, text.index("#")] if text.include?("#")
         if text.start_with?("/") || !text.match?(%r{\A[a-z][a-z0-9+.-]*:}i)
           raise ArgumentError, "relative URL #{text.inspect} needs a client with a base URL" unless @base_url
           base_path = @base_origin.unix? ? "/" : @base_url.path
