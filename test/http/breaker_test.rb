@@ -136,6 +136,22 @@ class HTTPClientBreakerTest < Minitest::Test
     assert_equal "late", http.get("/").body, "timeouts opened a breaker that counts connection errors only"
   end
 
+  # The caller's own mistakes (a streamed body shorter than the Content-Length it gave, a body
+  # that fails to read) are not the origin's failures: counted, they would close it to every
+  # other caller. A breaker made per origin counts the client's errors (Weft::HTTP::Error).
+  def test_the_callers_errors_do_not_count_against_the_origin
+    srv = server { |_request| [200, {}, "ok"] }
+    http = client(srv.url, breaker: FAST)
+    broken = Object.new
+    def broken.read(*) = raise(IOError, "closed stream")
+    4.times do
+      assert_raises(ArgumentError) { http.post("/", body: %w[abc].each, headers: { "content-length" => "10" }) }
+      assert_raises(IOError) { http.post("/", body: broken) }
+    end
+    assert_equal [:closed, 0, 8], http_breaker(srv).statistics.values_at(:state, :failures, :ignored)
+    assert_equal "ok", http.get("/").body
+  end
+
   def test_failed_statuses_are_configurable
     srv = server { |_request| [404, {}, "no"] }
     http = client(srv.url, breaker: FAST.merge(failed_statuses: [404]))
