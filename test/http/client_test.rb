@@ -60,6 +60,10 @@ class HTTPClientTest < Minitest::Test
     assert_equal "PUT /io? from io", http.put("/io", body: StringIO.new("from io")).body
     assert_equal "PATCH /e? abc", http.patch("/e", body: %w[a b c].each).body
     assert_equal "POST /empty? ", http.post("/empty").body
+    pieces = %w[pie ces]
+    reader = Object.new
+    reader.define_singleton_method(:read) { |_length| pieces.shift } # #read(length), no buffer
+    assert_equal "POST /r? pieces", http.post("/r", body: reader).body
     envs = srv.requests.map(&:env)
     assert_equal "5", envs[0]["CONTENT_LENGTH"]
     assert_equal "7", envs[1]["CONTENT_LENGTH"]
