@@ -55,8 +55,8 @@ module Weft
       NO_FIELDS = [].freeze
       # What a breaker made per origin counts by default (see #build_breakers).
       ORIGIN_FAILURES = [Error, Weft::DeadlineExceeded].freeze
-      private_constant :SECONDS, :ORIGIN_FAILURES, :REDIRECT_DRAIN_LIMIT, :USER_AGENT_FIELD, :ACCEPT_ENCODING_FIELD, :BOTH_FIELDS,
-                       :USER_AGENT_ONLY, :ACCEPT_ENCODING_ONLY, :NO_FIELDS
+      private_constant :SECONDS, :ORIGIN_FAILURES, :REDIRECT_DRAIN_LIMIT, :USER_AGENT_FIELD, :ACCEPT_ENCODING_FIELD,
+                       :BOTH_FIELDS, :USER_AGENT_ONLY, :ACCEPT_ENCODING_ONLY, :NO_FIELDS
 
       # @return [URI::Generic, nil] the base URL relative request URLs resolve against
       attr_reader :base_url
