@@ -152,6 +152,14 @@ class HTTPClientBreakerTest < Minitest::Test
     assert_equal "ok", http.get("/").body
   end
 
+  # A timeout of the caller's own around the request still counts, as every timeout does.
+  def test_a_timeout_around_the_request_counts
+    srv = server { |_request| sleep 1; [200, {}, "late"] }
+    http = client(srv.url, breaker: FAST)
+    Weft.run { 4.times { assert_raises(Weft::TimeoutError) { Weft.timeout(0.05) { http.get("/") } } } }
+    assert_equal [:open, 4], http_breaker(srv).statistics.values_at(:state, :failures)
+  end
+
   def test_failed_statuses_are_configurable
     srv = server { |_request| [404, {}, "no"] }
     http = client(srv.url, breaker: FAST.merge(failed_statuses: [404]))

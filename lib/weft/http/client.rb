@@ -53,8 +53,10 @@ module Weft
       USER_AGENT_ONLY = [USER_AGENT_FIELD].freeze
       ACCEPT_ENCODING_ONLY = [ACCEPT_ENCODING_FIELD].freeze
       NO_FIELDS = [].freeze
-      # What a breaker made per origin counts by default (see #build_breakers).
-      ORIGIN_FAILURES = [Error, Weft::DeadlineExceeded].freeze
+      # What a breaker made per origin counts by default (see #build_breakers): the client's
+      # errors, and a timeout or deadline around the request (Weft.timeout, Timeout.timeout, a
+      # call cancelled past its Weft.deadline).
+      ORIGIN_FAILURES = [Error, Timeout::Error].freeze
       private_constant :SECONDS, :ORIGIN_FAILURES, :REDIRECT_DRAIN_LIMIT, :USER_AGENT_FIELD, :ACCEPT_ENCODING_FIELD,
                        :BOTH_FIELDS, :USER_AGENT_ONLY, :ACCEPT_ENCODING_ONLY, :NO_FIELDS
 
@@ -449,9 +451,8 @@ module Weft
       end
 
       # The resilience layer is loaded here, by the clients that use a breaker, and only by them.
-      # Breakers made per origin count the client's own errors (and a call cancelled past its
-      # deadline, which stands for Weft::DeadlineExceeded) unless `failure:` is given: what else
-      # a request raises is the caller's (a streamed body shorter than its Content-Length, an IO
+      # Breakers made per origin count the client's own errors and timeouts (ORIGIN_FAILURES)
+      # unless `failure:` is given: what else a request raises is the caller's (a streamed body shorter than its Content-Length, an IO
       # body that fails to read, a closed client), and counted it would shut the origin out for
       # every caller.
       # @return [Weft::Resilience::OriginBreakers]
