@@ -452,9 +452,9 @@ module Weft
 
       # The resilience layer is loaded here, by the clients that use a breaker, and only by them.
       # Breakers made per origin count the client's own errors and timeouts (ORIGIN_FAILURES)
-      # unless `failure:` is given: what else a request raises is the caller's (a streamed body shorter than its Content-Length, an IO
-      # body that fails to read, a closed client), and counted it would shut the origin out for
-      # every caller.
+      # unless `failure:` is given: what else a request raises is the caller's (a streamed body
+      # shorter than its Content-Length, an IO body that fails to read, a closed client), and
+      # counted it would shut the origin out for every caller.
       # @return [Weft::Resilience::OriginBreakers]
       def build_breakers(setting)
         require_relative "../resilience"

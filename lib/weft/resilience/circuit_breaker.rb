@@ -212,7 +212,8 @@ module Weft
       # if that deadline ends it, the caller was late (see #verdict). Only known now. (The clock
       # read inline rather than Deadline#expired?: 150 ns a call under a deadline on Ruby 3.1
       # instead of 240, 43 on 3.3 + YJIT.)
-      overdue = (deadline = Deadline.current) ? Process.clock_gettime(Process::CLOCK_MONOTONIC) >= deadline.at : false
+      in_force = Deadline.current
+      overdue = in_force ? Process.clock_gettime(Process::CLOCK_MONOTONIC) >= in_force.at : false
       finished = false
       probe = nil # the deadline a call admitted while ramping runs under (ramp_deadline)
       begin
