@@ -27,8 +27,10 @@ module Weft
     #   hijacked.remove(token)         # => true once: closed through the server's Stream
     #   hijacked.sweep                 # => how many were found closed or collected
     class HijackedSockets
-      # Seconds between two sweeps: how late at most a closed full hijack stops counting. One
-      # sweep costs about a microsecond per socket held (IO#closed? and a WeakMap look-up).
+      # Seconds between two sweeps: how late at most a closed full hijack stops counting. A
+      # sweep of 5,000 open sockets took 0.39-0.41 ms of CPU on Ruby 3.1 and 0.15 ms on 3.3 +
+      # YJIT (IO#closed? and a WeakMap look-up each; bench/server/hijacked_sweep.rb): 0.04%
+      # and 0.015% of a core.
       SWEEP_INTERVAL = 1.0
       # Whether a WeakMap entry can be dropped at once (Ruby 3.3+); before, it goes when its
       # socket is collected.
