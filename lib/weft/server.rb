@@ -216,9 +216,11 @@ module Weft
     # wait in the kernel's backlog until a connection closes or parks (ConnectionHost#park then
     # reclaims it for them). In a cluster, a sibling with room is given the new client first
     # (AcceptSpread#defer); one that does not take it in time is not waited for again for a
-    # while, and then this worker makes room itself.
+    # while, and then this worker makes room itself. First of all, hijacked sockets the app
+    # has closed since the last sweep give their room back (HijackedSockets::SWEEP_GAP).
     def make_room(listener)
       listener.socket.wait_readable
+      @host.sweep_hijacked(HijackedSockets::SWEEP_GAP)
       return unless @host.full? # room was made meanwhile
       return if @spread&.defer(full: true) # look again: the sibling may have taken it
       @host.reclaim_idle || @host.wait_for_room

@@ -118,6 +118,30 @@ class ServerHijackedSocketsTest < Minitest::Test
     end
   end
 
+  # An app that writes a short answer on the hijacked socket and closes it at once: at
+  # max_connections the server looks at its hijacked sockets before making a new client wait,
+  # rather than stay full of closed ones until the next sweep (a second). Ten such requests in
+  # a row at max_connections 2 (a wait for the sweep every other request without the look).
+  def test_sockets_hijacked_and_closed_at_once_do_not_keep_the_server_full
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+      io.close
+      [200, {}, []]
+    end
+    with_server(app, max_connections: 2) do |_, port|
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      10.times do
+        socket = connect(port)
+        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal "ok", Timeout.timeout(5) { read_response(socket).body }
+        socket.close
+      end
+      elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      assert_operator elapsed, :<, HijackedSockets::SWEEP_INTERVAL, "ten requests took #{elapsed.round(2)} s"
+    end
+  end
+
   private
 
   # A full hijack that answers 101, then echoes lines until the client closes, and closes.

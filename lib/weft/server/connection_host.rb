@@ -147,11 +147,14 @@ module Weft
       end
 
       # Stops counting the hijacked sockets the app has closed, or dropped for the GC to close,
-      # since the last look (the server calls it every HijackedSockets::SWEEP_INTERVAL): their
-      # room is given back, and the lower load published.
+      # since the last look (the server calls it every HijackedSockets::SWEEP_INTERVAL, and at
+      # max_connections before making room): their room is given back, and the lower load
+      # published.
+      # @param unless_within [Numeric] seconds: no look if the last one is more recent
       # @return [Integer] how many
-      def sweep_hijacked
-        gone = @hijacked.sweep
+      def sweep_hijacked(unless_within = 0)
+        return 0 if @hijacked.size.zero?
+        gone = @hijacked.sweep(unless_within)
         closed(gone) if gone.positive?
         gone
       end
@@ -186,9 +189,12 @@ module Weft
 
       # Waits until a connection closes (a permit comes free), or parks and is reclaimed for
       # this waiter (#park). The permit is given back at once: #admit takes it for the client.
+      # While the app holds hijacked sockets, for HijackedSockets::SWEEP_GAP at most: one of
+      # them may be closed already, which only a look finds (the caller looks again:
+      # Server#make_room), and a client must not wait for the periodic sweep.
       def wait_for_room
-        @capacity.acquire
-        @capacity.release
+        timeout = HijackedSockets::SWEEP_GAP unless @hijacked.size.zero?
+        @capacity.release if @capacity.acquire(timeout: timeout)
       end
 
       # Starts the graceful stop: connections close after their current request, and one

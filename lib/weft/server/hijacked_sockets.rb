@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../timers"
+
 module Weft
   class Server
     # The sockets the application has taken over (a full `rack.hijack`, a partial hijack, a
@@ -32,6 +34,12 @@ module Weft
       # YJIT (IO#closed? and a WeakMap look-up each; bench/server/hijacked_sweep.rb): 0.04%
       # and 0.015% of a core.
       SWEEP_INTERVAL = 1.0
+      # Seconds: at max_connections the server looks before making room (an app that writes a
+      # short answer on the raw socket and closes it at once would otherwise hold the server
+      # full of closed sockets until the next sweep), but not more often than this, so that a
+      # process full of live WebSockets, admitting a client whenever one closes, does not pay
+      # a look per client.
+      SWEEP_GAP = 0.05
       # Whether a WeakMap entry can be dropped at once (Ruby 3.3+); before, it goes when its
       # socket is collected.
       DROPS_ENTRIES = ObjectSpace::WeakMap.method_defined?(:delete)
@@ -40,6 +48,7 @@ module Weft
         @open = {} # token => true while its socket counts: Integers, so the tokens are all it holds
         @sockets = ObjectSpace::WeakMap.new # token => socket, weakly
         @last = 0
+        @swept_at = -Float::INFINITY
       end
 
       # @param socket [IO] the raw socket (under TLS, the one beneath the SSLSocket, which
@@ -62,8 +71,12 @@ module Weft
       end
 
       # Takes off the sockets that were closed, or collected, since the last look.
+      # @param unless_within [Numeric] seconds: no look if the last one is more recent
       # @return [Integer] how many
-      def sweep
+      def sweep(unless_within = 0)
+        now = Timers.now
+        return 0 if now - @swept_at < unless_within
+        @swept_at = now
         before = @open.size
         @open.delete_if do |token, _|
           socket = @sockets[token]
