@@ -44,6 +44,7 @@ module Weft
       # socket is collected.
       DROPS_ENTRIES = ObjectSpace::WeakMap.method_defined?(:delete)
 
+      # An empty set: nothing counted.
       def initialize
         @open = {} # token => true while its socket counts: Integers, so the tokens are all it holds
         @sockets = ObjectSpace::WeakMap.new # token => socket, weakly
