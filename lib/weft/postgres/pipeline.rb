@@ -190,7 +190,7 @@ module Weft
       # results at its sync point, so progress is seen a segment at a time.
       # @return [Boolean]
       def stalled?(now, stall_after)
-        return true if @slow_in_flight.positive?
+        return true if @slow_in_flight > 0 # not #positive?: a C method that looks `>` up on every call
         head = @queue.first or return false
         now - segment_start(head) > stall_after
       end
