@@ -642,6 +642,7 @@ module Weft
       # of its own: waking the first only moved the line one waiter per turn while the other
       # free connections sat unused.
       def wake_slot_waiter(behind: false)
+        return if @slot_queue.empty? # (no Enumerable#find on an empty line, see #first_unserved_pin)
         waiter = behind ? @slot_queue.find { |each| !each.woken } : @slot_queue.first
         return if waiter.nil? || waiter.woken
 
@@ -1175,6 +1176,9 @@ module Weft
       end
 
       def first_unserved_pin
+        # Not Enumerable#find on an empty line: it makes two internal objects (its C block and
+        # its result's box) per call, and #release asks whenever a pipeline empties.
+        return nil if @pin_queue.empty?
         @pin_queue.find { |ticket| ticket.connection.nil? }
       end
 
