@@ -34,9 +34,10 @@ module Weft
     # statements in one transaction); a pinned connection is out of the shared set until it is
     # given back. `lease` does the same for a use that spans several calls (see Lease).
     #
-    # Connections are opened lazily up to `limit`, checked for life before reuse, closed past
-    # `max_age` or `idle_timeout`, replaced when broken, and never shared across fork. The option
-    # names are those of every pool in Weft (Weft::Pool, the HTTP client's).
+    # Connections are opened lazily up to `limit`, checked for life before reuse (but those
+    # given back a moment before, JUST_USED), closed past `max_age` or `idle_timeout`, replaced
+    # when broken, and never shared across fork. The option names are those of every pool in
+    # Weft (Weft::Pool, the HTTP client's).
     # The pool is safe to use from many fibers and from many threads.
     #
     # Every wait honours the caller's deadline (Weft.deadline): a checkout waits no longer than
