@@ -95,12 +95,14 @@ module Weft
         @syncs = 0     # sync points sent whose results have not come back
         @results = []  # what the reader takes from libpq in one go (#settle_ready), reused
         @clean = true  # every result of the segment being read so far succeeded
-        # Who waits here: the caller of each statement in flight that it has not abandoned
-        # (#await), told from @segment and @queue (a Hash of every caller's condition variable
-        # cost a store and a delete per statement, ~80 ns on 3.3 + YJIT), and those that wait
-        # for something else (#await_empty, the background task's #read_out and
-        # #cancel_until_ended), whose condition variables are kept here in arrival order.
+        # Who waits here (in #wait_for): the caller of each statement in flight that it has not
+        # abandoned (#await), told from @segment and @queue; those that wait for something else
+        # (#await_empty, the background task's #read_out and #cancel_until_ended), whose
+        # condition variables are kept here in arrival order; and callers whose statements
+        # were settled and who have not left yet (#settled_callers?). A Hash of every caller's
+        # condition variable cost a store and a delete per statement (~80 ns on 3.3 + YJIT).
         @other_waiters = {}.compare_by_identity
+        @in_wait = 0 # callers in #wait_for, all of the above
         @reader = nil  # the condition variable of the waiter currently reading
         @cancelling = false # a cancel request is on its way to the server: send nothing new
         @tidying = false    # a background task is cancelling abandoned statements
@@ -338,6 +340,7 @@ module Weft
       #   it if it leaves first; nil: the caller waits for something else
       # @return [Boolean] false if the deadline passed first
       def wait_for(condition, deadline = nil, request = nil)
+        @in_wait += 1
         @other_waiters[condition] = true unless request
         until yield
           return false if deadline&.expired?
@@ -351,6 +354,7 @@ module Weft
         end
         true
       ensure
+        @in_wait -= 1
         if request.nil?
           @other_waiters.delete(condition)
         elsif !request.settled?
@@ -364,15 +368,23 @@ module Weft
         cancel_abandoned_head if abandoned
       end
 
-      # A waiter left (#wait_for): passes the reader role on, unless someone reads. The waiter
-      # a leaving reader signalled may have been settled meanwhile and be leaving too; then it
-      # passes the role on here, and so on. The last to leave, with statements still in flight
-      # (all abandoned), leaves them to the background task that reads them out
+      # A waiter left (#wait_for): passes the reader role on, unless someone reads or a caller
+      # whose statement was settled has yet to leave (it passes the role on as it leaves, and
+      # the first of them to send a statement again becomes the reader: waking a caller still
+      # waiting now would mostly wake it for nothing). The last to leave, with statements still
+      # in flight (all abandoned), leaves them to the background task that reads them out
       # (#cancel_abandoned_head).
       def leave
-        return if @reader
+        return if @reader || settled_callers?
         waiter = first_waiter
         waiter ? waiter.signal : cancel_abandoned_head
+      end
+
+      # Whether callers whose statements were settled (woken, or failed with the connection)
+      # are still in #wait_for: more callers than the statements in flight not abandoned and
+      # the other waits account for.
+      def settled_callers?
+        @in_wait > @queue.size + @segment.size - @abandoned + @other_waiters.size
       end
 
       # The condition variable of the first caller waiting here, but `except`'s: the caller
@@ -444,7 +456,7 @@ module Weft
       ensure
         @reader = nil
         @owner.connection_lost(self) if @connection.broken? # see #lost
-        first_waiter(condition)&.signal
+        first_waiter(condition)&.signal unless settled_callers? # (the reader's own #leave follows)
       end
 
       # Waits for the socket (with the lock released) and reads what has come. What the read
@@ -698,7 +710,7 @@ module Weft
       # connection would never be given back to the pool: no new statement is sent to it while
       # it carries one known to run long or drains for a caller waiting to pin it.
       def unread?
-        !in_flight_none? && first_waiter.nil?
+        @in_wait.zero? && !in_flight_none?
       end
 
       # @return [Request, nil] an abandoned statement of the segment the server runs now,
@@ -736,7 +748,7 @@ module Weft
       def read_out
         reader = Thread::ConditionVariable.new
         wait_for(reader, Deadline.after(CANCEL_GRACE)) do
-          in_flight_none? || !first_waiter(reader).nil? || !abandoned_running.nil?
+          in_flight_none? || @in_wait > 1 || !abandoned_running.nil?
         end
       end
 
