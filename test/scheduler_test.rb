@@ -477,6 +477,36 @@ class SchedulerTest < Minitest::Test
     scheduler&.close
   end
 
+  # However a wait in #suspend ends (woken, timed out, raised into), the fiber leaves the
+  # reactor's books: a later wake-up for it is refused, rather than queueing a fiber that waits
+  # for something else (here: the next task of its pooled fiber) to be resumed with its value.
+  def test_a_wake_up_after_the_wait_ended_is_refused
+    Weft.run do
+      scheduler = Fiber.scheduler
+      fibers = {}
+      parked = lambda do |name, timeout|
+        Weft.spawn do
+          fibers[name] = Fiber.current
+          scheduler.suspend(timeout, :blocker)
+        end
+      end
+      woken = parked.call(:woken, nil)
+      timed_out = parked.call(:timed_out, 0.01)
+      raised_into = parked.call(:raised_into, nil)
+      sleep 0 # each parks
+      assert scheduler.wake(fibers[:woken], :value, :blocker)
+      raised_into.cancel
+      assert_equal :value, woken.wait
+      assert_nil timed_out.wait
+      assert_nil raised_into.wait
+      assert_predicate raised_into, :cancelled?
+      fibers.each do |name, fiber|
+        refute scheduler.wake(fiber, :late, :blocker), "a wake-up was taken after the wait ended (#{name})"
+      end
+      assert_equal 7, Weft.spawn { 7 }.wait # the pooled fibers run the next tasks as usual
+    end
+  end
+
   # The echo server runs in this process on the reactor; the 10,000 clients run in a child
   # process (each side needs one descriptor per connection, and the hard limit here is 20,000).
   def test_echo_server_holds_ten_thousand_connections

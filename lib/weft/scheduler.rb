@@ -480,7 +480,11 @@ module Weft
 
       @suspended[fiber] = blocker
       timer = @timers.after(timeout, suspend_timeout(fiber)) if timeout
-      @selector.transfer
+      value = @selector.transfer
+      # Resumed by its turn (#run_ready), which only #wake gives a fiber parked here: #wake took
+      # it out of @suspended, so the ensure need not (a Hash delete per wait).
+      woken = true
+      value
     rescue Exception # rubocop:disable Lint/RescueException
       # Raised into (a cancellation, Fiber#raise), maybe after a wake-up queued it: its turn
       # must not come. Resumed by its turn instead, it is in neither queue (#run_ready).
@@ -488,7 +492,7 @@ module Weft
       @running.delete(fiber)
       raise
     ensure
-      @suspended.delete(fiber)
+      @suspended.delete(fiber) unless woken # raised into, killed (Fiber#kill runs no rescue)
       timer&.cancel
     end
 

@@ -88,9 +88,10 @@ module Weft
         @spread&.start
         accepters = @listeners.map { |listener| Weft.spawn(listener, name: "weft accept #{listener.url}") { |l| accept_loop(l) } }
         publisher = @board && Weft.spawn(name: "weft stats publisher") { publish_statistics }
+        sweeper = Weft.spawn(name: "weft hijacked sweep") { sweep_hijacked }
         begin
           wait_for_stop
-          shutdown(accepters + [publisher].compact)
+          shutdown(accepters + [publisher, sweeper].compact)
         ensure
           # Last, so that requests still draining could rely on what the worker tasks provide.
           worker_tasks.each(&:cancel)
@@ -119,9 +120,17 @@ module Weft
       @statistics.in_flight
     end
 
-    # @return [Integer] open client connections (parked or busy)
+    # @return [Integer] open client connections the server serves (parked or busy)
     def open_connections
       @host.size
+    end
+
+    # @return [Integer] connections the app took over (full or partial hijack, streaming
+    #   bodies) and has not closed yet; they count against max_connections and in the load a
+    #   cluster worker publishes (seen closed within HijackedSockets::SWEEP_INTERVAL after a
+    #   full hijack, at once when closed through the server's Stream)
+    def hijacked_connections
+      @host.hijacked
     end
 
     # @return [Integer] reactor stalls detected (see StallDetector)
@@ -207,9 +216,11 @@ module Weft
     # wait in the kernel's backlog until a connection closes or parks (ConnectionHost#park then
     # reclaims it for them). In a cluster, a sibling with room is given the new client first
     # (AcceptSpread#defer); one that does not take it in time is not waited for again for a
-    # while, and then this worker makes room itself.
+    # while, and then this worker makes room itself. First of all, hijacked sockets the app
+    # has closed since the last sweep give their room back (HijackedSockets::SWEEP_GAP).
     def make_room(listener)
       listener.socket.wait_readable
+      @host.sweep_hijacked(HijackedSockets::SWEEP_GAP)
       return unless @host.full? # room was made meanwhile
       return if @spread&.defer(full: true) # look again: the sibling may have taken it
       @host.reclaim_idle || @host.wait_for_room
@@ -282,6 +293,16 @@ module Weft
       end
     rescue IOError, SystemCallError
       nil # the master is gone; the cluster's master watch stops this worker
+    end
+
+    # Every HijackedSockets::SWEEP_INTERVAL: hijacked sockets the app has closed (or dropped,
+    # and the GC collected) stop counting. A full hijack hands the app a plain IO, whose close
+    # has no hook the server could use (HijackedSockets).
+    def sweep_hijacked
+      loop do
+        sleep(HijackedSockets::SWEEP_INTERVAL)
+        @host.sweep_hijacked
+      end
     end
 
     def publish_statistics

@@ -92,6 +92,26 @@ class HTTPClientBreakerTest < Minitest::Test
     assert_equal [4, 4], breaker.statistics.values_at(:calls, :failures)
   end
 
+  # Work that outlived the caller's deadline, then asks the origin: the request fails without
+  # connecting (nothing reached the origin), which says nothing about the origin.
+  def test_a_request_begun_past_the_callers_deadline_is_not_held_against_the_origin
+    srv = server { |_request| [200, {}, "ok"] }
+    http = client(srv.url, breaker: FAST)
+    Weft.run do
+      Weft.deadline(0.02) do
+        begin
+          sleep 1
+        rescue Weft::DeadlineExceeded
+          nil
+        end
+        4.times { assert_raises(Weft::HTTP::DeadlineExceeded) { http.get("/") } }
+      end
+    end
+    assert_equal 0, srv.connections
+    assert_equal [:closed, 0, 4], http_breaker(srv).statistics.values_at(:state, :failures, :starved)
+    assert_equal "ok", http.get("/").body
+  end
+
   def test_a_cancelled_request_is_not_counted
     srv = server { |_request| sleep 1; [200, {}, "late"] }
     breaker = Weft::CircuitBreaker.new("test #{name}", register: false, **FAST)
@@ -114,6 +134,30 @@ class HTTPClientBreakerTest < Minitest::Test
     4.times { assert_raises(Weft::HTTP::ReadTimeout) { http.get("/", read_timeout: 0.05) } }
     assert_equal [0, 4], http_breaker(srv).statistics.values_at(:failures, :ignored)
     assert_equal "late", http.get("/").body, "timeouts opened a breaker that counts connection errors only"
+  end
+
+  # The caller's own mistakes (a streamed body shorter than the Content-Length it gave, a body
+  # that fails to read) are not the origin's failures: counted, they would close it to every
+  # other caller. A breaker made per origin counts the client's errors (Weft::HTTP::Error).
+  def test_the_callers_errors_do_not_count_against_the_origin
+    srv = server { |_request| [200, {}, "ok"] }
+    http = client(srv.url, breaker: FAST)
+    broken = Object.new
+    def broken.read(*) = raise(IOError, "closed stream")
+    4.times do
+      assert_raises(ArgumentError) { http.post("/", body: %w[abc].each, headers: { "content-length" => "10" }) }
+      assert_raises(IOError) { http.post("/", body: broken) }
+    end
+    assert_equal [:closed, 0, 8], http_breaker(srv).statistics.values_at(:state, :failures, :ignored)
+    assert_equal "ok", http.get("/").body
+  end
+
+  # A timeout of the caller's own around the request still counts, as every timeout does.
+  def test_a_timeout_around_the_request_counts
+    srv = server { |_request| sleep 1; [200, {}, "late"] }
+    http = client(srv.url, breaker: FAST)
+    Weft.run { 4.times { assert_raises(Weft::TimeoutError) { Weft.timeout(0.05) { http.get("/") } } } }
+    assert_equal [:open, 4], http_breaker(srv).statistics.values_at(:state, :failures)
   end
 
   def test_failed_statuses_are_configurable

@@ -34,6 +34,9 @@ class HTTPClientTest < Minitest::Test
     assert_equal "t1", response["X-Seen"]
     assert_equal ["a=1"], response.headers.all("Set-Cookie")
     assert_equal "DELETE /x?", http.delete("/x").body
+    # A fragment stays with the caller: it is not part of the request target.
+    assert_equal "GET /api/users?q=1", http.get("users#top", query: { "q" => 1 }).body
+    assert_equal "GET /x?a=1", http.get("/x?a=1#top").body
     # Methods as symbols or in any case, and one outside the common set, go out upper-case.
     assert_equal "PUT /s?", http.request(:put, "/s").body
     assert_equal "PATCH /p?", http.request("Patch", "/p").body
@@ -57,6 +60,10 @@ class HTTPClientTest < Minitest::Test
     assert_equal "PUT /io? from io", http.put("/io", body: StringIO.new("from io")).body
     assert_equal "PATCH /e? abc", http.patch("/e", body: %w[a b c].each).body
     assert_equal "POST /empty? ", http.post("/empty").body
+    pieces = %w[pie ces]
+    reader = Object.new
+    reader.define_singleton_method(:read) { |_length| pieces.shift } # #read(length), no buffer
+    assert_equal "POST /r? pieces", http.post("/r", body: reader).body
     envs = srv.requests.map(&:env)
     assert_equal "5", envs[0]["CONTENT_LENGTH"]
     assert_equal "7", envs[1]["CONTENT_LENGTH"]
@@ -80,6 +87,19 @@ class HTTPClientTest < Minitest::Test
     chunked = http.post("/te", body: "by caller", headers: { "transfer-encoding" => "chunked" })
     assert_equal "POST /te? by caller", chunked.body
     assert_raises(ArgumentError) { http.get("/café") }
+  end
+
+  def test_a_string_body_that_does_not_match_its_content_length_is_refused_before_connecting
+    srv = echo_server
+    http = client(srv.url, breaker: { window_calls: 2 })
+    2.times do
+      error = assert_raises(ArgumentError) { http.post("/", body: "four", headers: { "content-length" => "9" }) }
+      assert_match(/does not match the body's 4 bytes/, error.message)
+    end
+    assert_empty http.statistics, "a connection was opened for a request that could not be sent"
+    assert_equal "POST /? four", http.post("/", body: "four").body, "the caller's mistake opened the origin's breaker"
+  ensure
+    Weft::CircuitBreaker.unregister("http #{srv.url.chomp('/')}") if srv && defined?(Weft::CircuitBreaker)
   end
 
   def test_invalid_arguments_are_rejected_before_anything_is_sent
@@ -184,6 +204,24 @@ class HTTPClientTest < Minitest::Test
     assert_equal 204, http.get("/204").status
     http.get("/204") { |response| assert_equal 204, response.status } # not read: nothing to read
     assert_equal "body", http.get("/").body
+    assert_equal 1, srv.connections
+  end
+
+  # The Content-Length of an answer to HEAD, or of a 304, is the length of the body a GET would
+  # get: it neither limits nor sizes a body that is not sent, and nothing is inflated.
+  def test_the_length_of_a_body_not_sent_is_not_held_against_max_body_size
+    length = (100 * 1024 * 1024).to_s
+    srv = server do |r|
+      fields = { "content-length" => length }
+      fields["content-encoding"] = "gzip" if r.path == "/gzipped"
+      [r.path == "/cached" ? 304 : 200, fields, ""]
+    end
+    http = client(srv.url, max_body_size: 1024)
+    head = http.head("/file")
+    assert_equal [200, "", length], [head.status, head.body, head["content-length"]]
+    assert_equal [304, ""], http.get("/cached").then { |response| [response.status, response.body] }
+    gzipped = http.head("/gzipped")
+    assert_equal [length, "gzip"], [gzipped["content-length"], gzipped["content-encoding"]]
     assert_equal 1, srv.connections
   end
 

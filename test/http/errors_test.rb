@@ -3,6 +3,7 @@
 require_relative "../test_helper"
 require_relative "support"
 require "weft/http"
+require "rbconfig"
 
 # Every failure gets its own class, nothing waits past its deadline, and a broken connection
 # never goes back to the pool.
@@ -24,6 +25,50 @@ class HTTPClientErrorsTest < Minitest::Test
     error = assert_raises(Weft::HTTP::DNSError) { client.get("http://no-such-host.invalid/") }
     assert_kind_of Weft::HTTP::ConnectionError, error
     assert_kind_of Weft::HTTP::Error, error
+  end
+
+  # A name server that never answers, in a child process whose /etc/resolv.conf names it (a
+  # mount namespace of its own: needs root and unshare, else skipped). The resolver's own
+  # timeout is 3 s; the request's limits are far shorter, in a reactor and in a plain thread.
+  UNANSWERED_DNS = <<~'RUBY'
+    require "socket"
+    require "weft/http"
+    silent = UDPSocket.new
+    silent.bind("127.0.0.77", 53) # takes the queries, answers none
+    CLIENT = Weft::HTTP::Client.new("http://weft-test.invalid", proxy: nil)
+    # @return [String] the class of the error the request ended with, and the seconds it took
+    def timed(**options)
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      begin
+        yield(-> { CLIENT.get("/", **options) })
+        "answered"
+      rescue StandardError => e
+        "#{e.class} #{(Process.clock_gettime(Process::CLOCK_MONOTONIC) - started).round(2)}"
+      end
+    end
+    puts timed(connect_timeout: 0.3, &:call)
+    puts timed(deadline: 0.3, &:call)
+    puts(timed(connect_timeout: 0.3) { |get| Weft.run { get.call } })
+  RUBY
+
+  def test_an_unanswered_dns_query_ends_at_the_connect_timeout_or_the_deadline
+    skip "needs root for a resolv.conf of its own" unless Process.uid.zero?
+    Dir.mktmpdir do |dir|
+      conf = File.join(dir, "resolv.conf")
+      File.write(conf, "nameserver 127.0.0.77\noptions timeout:3 attempts:1\n")
+      mount = "mount --bind #{conf} /etc/resolv.conf"
+      unless system("unshare", "-m", "sh", "-c", mount, out: File::NULL, err: File::NULL)
+        skip "needs unshare(1) and mount --bind in a mount namespace of its own"
+      end
+      script = File.join(dir, "dns.rb")
+      File.write(script, UNANSWERED_DNS)
+      lib = File.expand_path("../../lib", __dir__)
+      command = "#{mount} && exec #{RbConfig.ruby} -I#{lib} #{script}"
+      lines = IO.popen(["unshare", "-m", "sh", "-c", command], &:readlines).map(&:split)
+      assert_equal %w[Weft::HTTP::ConnectTimeout Weft::HTTP::DeadlineExceeded Weft::HTTP::ConnectTimeout],
+                   lines.map(&:first), lines.inspect
+      lines.each { |(_, seconds)| assert_operator Float(seconds), :<, 1.5, lines.inspect }
+    end
   end
 
   def test_connection_refused_tcp_and_unix

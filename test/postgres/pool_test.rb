@@ -291,6 +291,30 @@ class PostgresPoolTest < Minitest::Test
     end
   end
 
+  # The first caller waiting on a shared connection reads the results for those behind it.
+  # Interrupted (here, cancelled) while they still wait, it hands the reading on to one of
+  # them: nobody is left waiting with nobody reading.
+  def test_an_interrupted_reader_hands_the_reading_on
+    db = pool(limit: 1)
+    reactor do
+      blocker = Weft.spawn { db.query("select pg_sleep(0.2)") } # alone on the connection
+      sleep 0.05
+      reader = Weft.spawn { db.query("select pg_sleep(0.3), 'reader'") } # first in the pipeline
+      # Still running when the reader's cancelled statement has come back: read by someone else.
+      behind = Array.new(4) { |i| Weft.spawn { db.query("select $1::int, pg_sleep(0.05)", i).getvalue(0, 0).to_i } }
+      blocker.wait
+      sleep 0.05
+      assert_equal 5, db.statistics[:in_flight]
+      reader.cancel
+      assert_equal [0, 1, 2, 3], Weft.timeout(3) { Weft.gather(behind) }
+      assert_predicate reader, :cancelled?
+      assert_equal "after", db.query("select 'after'").getvalue(0, 0)
+    ensure
+      behind&.each(&:cancel) # after a lost hand-over nothing else would end them
+    end
+    assert_equal 0, db.statistics[:discarded]
+  end
+
   def test_pin_reads_out_statements_whose_callers_all_left
     db = pool(limit: 1)
     reactor do

@@ -111,4 +111,28 @@ class PostgresStatementScopeTest < Minitest::Test
      "SELECT * FROM commits", "WITH e AS (SELECT 1) SELECT * FROM e"]
       .each { |sql| assert_nil SCOPE.transaction_role(sql), sql }
   end
+
+  # A frozen text's role is kept (Pool#query asks it of every statement); asked again, each
+  # text still gets its own, and an unfrozen text, which may have changed since, is read again.
+  def test_transaction_role_asked_again
+    { "BEGIN" => :start, "SET LOCAL x.y = 1" => :setting, "COMMIT" => :end, "SELECT 1" => nil }.each do |text, role|
+      frozen = -"/* again */ #{text}"
+      2.times { role ? assert_equal(role, SCOPE.transaction_role(frozen), text) : assert_nil(SCOPE.transaction_role(frozen)) }
+    end
+    text = +"SELECT 1"
+    assert_nil SCOPE.transaction_role(text)
+    text.replace("BEGIN")
+    assert_equal :start, SCOPE.transaction_role(text)
+  end
+
+  # Texts frozen afresh for every statement (interpolated, then frozen) cannot make the kept
+  # roles grow without bound, nor keep a long text alive.
+  def test_kept_roles_are_bounded
+    kept = SCOPE.const_get(:ROLES)
+    (SCOPE::ROLES_KEPT * 2 + 1).times { |i| assert_nil SCOPE.transaction_role(-"SELECT #{i}") }
+    assert_operator kept.size, :<=, SCOPE::ROLES_KEPT
+    long = -"SELECT 1 -- #{'x' * SCOPE::ROLE_TEXT_MAX}"
+    assert_nil SCOPE.transaction_role(long)
+    refute kept.key?(long)
+  end
 end

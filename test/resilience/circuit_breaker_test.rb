@@ -208,6 +208,23 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal :open, b.state
   end
 
+  # A NameError (NoMethodError included) in the block is a bug in the calling code, a typo or a
+  # method called on nil: handed to the fallback it would hide behind degraded answers, and
+  # counted it would open the breaker of a healthy dependency. Unless failure: says it counts.
+  def test_a_name_error_is_a_bug_that_propagates_uncounted_past_the_fallback
+    b = breaker(minimum_calls: 1, window_calls: 1)
+    fallback_ran = false
+    assert_raises(NoMethodError) { b.call(fallback: ->(_) { fallback_ran = true }) { nil.upcase } }
+    assert_raises(NameError) { b.call(fallback: ->(_) { fallback_ran = true }) { Object.const_get(:NoSuchShard) } }
+    refute fallback_ran, "the fallback stood in for a bug"
+    assert_equal [:closed, 0, 2], [b.state, *b.statistics.values_at(:failures, :ignored)]
+    assert_equal :fallback, b.call(fallback: ->(_) { :fallback }) { raise Boom }, "other errors still count"
+    assert_equal :open, b.state
+    counting = breaker(failure: [StandardError], minimum_calls: 1, window_calls: 1)
+    assert_equal :fallback, counting.call(fallback: ->(_) { :fallback }) { nil.upcase }
+    assert_equal :open, counting.state
+  end
+
   def test_a_failure_without_fallback_propagates_untouched_and_counts
     b = breaker(minimum_calls: 1, window_calls: 1)
     raised = Boom.new("shard down")
@@ -254,11 +271,15 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal [1, 0, 1], b.statistics.values_at(:calls, :failures, :ignored)
   end
 
-  # A scatter whose deadline passes cancels its late items; when the deadline's timer reaches the
-  # scatter before an item's own (here a CPU hog holds the reactor past it), the item sees
-  # Weft::Cancelled, not Weft::DeadlineExceeded. Past the deadline that is still a late call.
-  def test_a_call_cancelled_after_its_deadline_passed_counts_as_late
-    b = breaker(minimum_calls: 100, window_calls: 100)
+  # A scatter whose deadline passes cancels its late items. Here a CPU hog holds the reactor past
+  # the deadline before the items start, so each call starts with its deadline gone and the
+  # scatter's timer reaches it as Weft::Cancelled, not Weft::DeadlineExceeded: past the deadline
+  # that is a late call, not one to ignore, but one that never had time to wait for the
+  # dependency: the caller was late (starved), not the dependency (failed). (Calls that start in
+  # time and are ended by their deadline while the reactor watches are failures:
+  # circuit_breaker_starved_test.rb.)
+  def test_a_late_started_call_cancelled_after_its_deadline_is_starved_not_ignored
+    b = breaker(minimum_calls: 3, window_calls: 3)
     fallback_errors = []
     results = nil
     Weft.run do
@@ -272,7 +293,35 @@ class CircuitBreakerTest < Minitest::Test
     end
     assert_equal [Weft::DeadlineExceeded] * 3, results
     assert_empty fallback_errors, "a cancelled call must propagate, not go to the fallback"
-    assert_equal [3, 3, 0], b.statistics.values_at(:calls, :failures, :ignored)
+    assert_equal [3, 0, 0, 3], b.statistics.values_at(:calls, :failures, :ignored, :starved)
+    assert_equal :closed, b.state
+  end
+
+  # Work that outlived its deadline (rescued, it goes on) and then calls a dependency: each call
+  # ends at once by the deadline that passed before it started. The caller was late, not the
+  # dependency; the calls still go to the fallback, as a failure would.
+  def test_a_call_that_starts_past_its_deadline_does_not_count_against_the_dependency
+    b = breaker(minimum_calls: 3, window_calls: 3)
+    ran = 0
+    Weft.run do
+      Weft.deadline(0.02) do
+        begin
+          sleep 1
+        rescue Weft::DeadlineExceeded
+          nil
+        end
+        answers = Array.new(3) do
+          b.call(fallback: ->(error) { error.class }) do
+            ran += 1
+            Weft::Deadline.current.check!
+          end
+        end
+        assert_equal [Weft::DeadlineExceeded] * 3, answers
+      end
+    end
+    assert_equal 3, ran
+    assert_equal :closed, b.state
+    assert_equal [3, 0, 3], b.statistics.values_at(:calls, :failures, :starved)
   end
 
   # Cancelled before any deadline passed (here by a sibling's failure), a call is not late.

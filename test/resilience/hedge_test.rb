@@ -123,6 +123,20 @@ class HedgeTest < Minitest::Test
     assert_equal [1, 2], cleaned.sort
   end
 
+  # A NameError (NoMethodError included) is a bug: another attempt would only repeat it.
+  def test_a_name_error_is_raised_at_once_without_another_attempt
+    attempts = []
+    assert_raises(NoMethodError) do
+      Weft.run do
+        Weft.hedge(after: 1, max: 3) do |attempt|
+          attempts << attempt
+          nil.upcase
+        end
+      end
+    end
+    assert_equal [1], attempts
+  end
+
   def test_a_percentile_policy_learns_the_latencies_and_hedges_after_them
     hedge = Weft::Hedge.new(after: :p95, max: 2, warmup: 10, window: 50)
     started = []

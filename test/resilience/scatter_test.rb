@@ -172,6 +172,20 @@ class ScatterTest < Minitest::Test
     assert_operator took, :<, 1
   end
 
+  # A NameError (NoMethodError included) is a bug in the item's code, not an outage of what it
+  # calls: a fallback standing in for it would hide it behind degraded answers.
+  def test_a_name_error_is_a_bug_raised_even_with_a_fallback
+    error, took = timed do
+      Weft.run do
+        Weft.scatter([0, 1], fallback: ->(_item, _error) { :fallback }) do |item|
+          item.zero? ? sleep(5) : nil.upcase
+        end
+      end
+    end
+    assert_instance_of NoMethodError, error
+    assert_operator took, :<, 1
+  end
+
   def test_failures_collected_for_fallbacks_are_not_logged_and_never_reach_the_reactor
     ticks = 0
     log = capture_log do

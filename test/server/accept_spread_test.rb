@@ -126,6 +126,57 @@ class ServerAcceptSpreadTest < Minitest::Test
     loads.release(first)
     assert_equal [0, false, 0, 0], [loads.pid(first), loads.accepting?(first), loads.connections(first), loads.accepted(first)]
     assert_equal first, loads.claim
-    assert_equal 2, loads.slots
+    assert_equal 2, loads.live
+  end
+
+  # After TTIN to many workers and TTOU back, a look at the siblings reads the slots claimed
+  # now, not every slot up to the highest ever claimed (it read 40 here before: the slots 1 to
+  # 40, for good). Freed slots are claimed again lowest first.
+  def test_a_look_at_the_siblings_reads_only_the_slots_claimed_now
+    loads = Weft::Server::WorkerLoads.new(64)
+    slots = Array.new(64) { loads.claim }
+    assert_equal (0...64).to_a, slots
+    mine = slots[0]
+    sibling = slots[40]
+    (slots - [mine, sibling]).each do |slot|
+      loads.open(slot, Process.pid + 10 + slot)
+      loads.release(slot)
+    end
+    assert_equal 2, loads.live
+    assert_equal [mine, sibling], Array.new(loads.live) { |index| loads.live_slot(index) }.sort
+    spread = AcceptSpread.new(loads, mine)
+    spread.start
+    loads.open(sibling, Process.pid + 1)
+    spread.opened(10)
+    looked = []
+    loads.define_singleton_method(:accepting?) do |slot|
+      looked << slot
+      super(slot)
+    end
+    assert_equal sibling, spread.lighter_sibling
+    assert_equal [sibling], looked, "slots read for one look"
+    assert_equal 1, loads.claim
+    assert_equal [0, 1, 40], Array.new(loads.live) { |index| loads.live_slot(index) }.sort
+  end
+
+  # The master changes the list after the fork; a worker reads it in the shared memory.
+  def test_the_slots_claimed_now_are_seen_by_forked_workers
+    loads = Weft::Server::WorkerLoads.new(8)
+    4.times { loads.claim }
+    result, result_writer = IO.pipe
+    go, go_writer = IO.pipe
+    child = fork do
+      go.read(1)
+      result_writer.write(Array.new(loads.live) { |index| loads.live_slot(index) }.sort.join(","))
+      exit!(0)
+    end
+    result_writer.close
+    loads.release(0)
+    loads.release(2)
+    go_writer.write(".")
+    Process.wait(child)
+    assert_equal "1,3", result.read
+  ensure
+    [result, go, go_writer].each { |io| io&.close unless io&.closed? }
   end
 end

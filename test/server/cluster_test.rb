@@ -284,6 +284,51 @@ class ServerClusterTest < Minitest::Test
     end
   end
 
+  # Connections the app took over (WebSockets: full hijacks; streams: partial ones) weigh in a
+  # worker's load until the app closes them. One worker holds 30 of them (its sibling was
+  # stopped while they opened): of 20 new keep-alive clients its sibling got 19, 19, 20 (3.1)
+  # and 17, 20 (3.3 + YJIT); when they counted as nothing, the heavy worker looked as empty as
+  # its sibling, which got 11, 11 and 11. (Below 20: the heavy worker stops waiting for a
+  # sibling that took nothing in AcceptSpread::DELAY, for a while.) Once the clients close
+  # them, the heavy worker's count goes back to 0 (/stats).
+  def test_hijacked_connections_weigh_in_a_workers_load_until_closed
+    port = free_tcp_port
+    request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    with_weft(File.join(FIXTURES, "hijack.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", "--stats-path", "/stats",
+              port: port) do
+      light, heavy = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
+      Process.kill("STOP", light)
+      begin
+        held = Array.new(30) do |index|
+          connect(port).tap do |socket|
+            socket.write("GET #{index.even? ? '/ws' : '/stream'} HTTP/1.1\r\nHost: x\r\n\r\n")
+            Timeout.timeout(5) do
+              read_response(socket, head_request: true)
+              assert_equal heavy.to_s, socket.gets.chomp
+            end
+          end
+        end
+      ensure
+        Process.kill("CONT", light)
+      end
+      sleep Weft::Server::AcceptSpread::RETRY + 0.2 # the heavy worker trusts its sibling again
+      fresh = []
+      got = Array.new(20) do # one at a time, each kept open
+        fresh << (socket = connect(port))
+        socket.write(request)
+        Timeout.timeout(5) { read_response(socket).body.to_i }
+      end
+      assert_operator got.count(light), :>=, 15, "of 20 new connections, to the worker holding no hijacked ones"
+      hijacked = ->(pid) { JSON.parse(get_body(port, "/stats"))["workers"].find { |w| w["pid"] == pid }&.fetch("connections_hijacked") }
+      assert_equal 30, eventually(5, "30 hijacked on the heavy worker") { hijacked.(heavy) == 30 && 30 }
+      held.each(&:close)
+      assert eventually(5, "the hijacked connections released") { hijacked.(heavy)&.zero? }
+    ensure
+      held&.each(&:close)
+      fresh&.each(&:close)
+    end
+  end
+
   # spread_connections false: the first worker to wake takes each connection, as before.
   def test_with_spread_connections_off_no_worker_waits_for_another
     deferred, = stopped_worker_scenario(false)

@@ -53,6 +53,13 @@ class ServerRack2Test < Minitest::Test
           assert_equal "hello", read_response(socket).body, mode
           assert_equal "closed", eventually(5, "body.close") { File.exist?(closed) && File.read(closed) }
           File.delete(closed)
+          # Rack 2's full hijack reads the socket from rack.hijack_io (Rack::Lint refused a
+          # hijack without it: "rack.hijack_io must respond to read").
+          upgraded = connect(port)
+          upgraded.write("GET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+          assert_equal 101, Timeout.timeout(5) { read_response(upgraded, head_request: true) }.status, mode
+          assert_equal "hijacked", Timeout.timeout(5) { upgraded.read }, mode
+          upgraded.close
         ensure
           stop_process(pid)
         end

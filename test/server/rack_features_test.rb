@@ -276,16 +276,20 @@ class ServerRackFeaturesTest < Minitest::Test
   end
 
   # Over TLS the app gets the SSLSocket (not an IO: Rack::Lint would refuse it), with the
-  # decrypted bytes sent beyond the request first.
+  # decrypted bytes sent beyond the request first. Closing it closes the socket beneath, and the
+  # server stops counting the connection as hijacked (at its next look, within a second).
   def test_full_hijack_over_tls_gets_the_bytes_sent_with_the_request
     Dir.mktmpdir do |dir|
       certs = Weft::Test::Certificates.generate(dir)
       binds = ["ssl://127.0.0.1:0?cert=#{certs[:cert_file]}&key=#{certs[:key_file]}"]
-      with_server(HIJACK_ECHO, lint: false, binds: binds) do |_, port|
+      with_server(HIJACK_ECHO, lint: false, binds: binds) do |server, port|
         socket = OpenSSL::SSL::SSLSocket.new(connect(port), OpenSSL::SSL::SSLContext.new)
         socket.sync_close = true
         socket.connect
         assert_hijack_echoes_early_bytes(socket)
+        released = Time.now + Weft::Server::HijackedSockets::SWEEP_INTERVAL + 2
+        sleep 0.02 until server.hijacked_connections.zero? || Time.now > released
+        assert_equal 0, server.hijacked_connections
       end
     end
   end

@@ -136,7 +136,7 @@ module Weft
 
       # Runs the block within the limit for `kind` when it cannot be expressed as an IO wait
       # (getaddrinfo). Inside a reactor a scheduler timer interrupts it; in a plain thread the
-      # block gets the seconds to enforce itself (getaddrinfo's own timeout).
+      # block gets the seconds to enforce itself (Connector#resolve_within).
       def within(kind)
         seconds, error = limit(kind)
         raise exceeded(error) if seconds && seconds <= 0

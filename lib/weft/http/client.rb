@@ -53,8 +53,12 @@ module Weft
       USER_AGENT_ONLY = [USER_AGENT_FIELD].freeze
       ACCEPT_ENCODING_ONLY = [ACCEPT_ENCODING_FIELD].freeze
       NO_FIELDS = [].freeze
-      private_constant :SECONDS, :REDIRECT_DRAIN_LIMIT, :USER_AGENT_FIELD, :ACCEPT_ENCODING_FIELD, :BOTH_FIELDS,
-                       :USER_AGENT_ONLY, :ACCEPT_ENCODING_ONLY, :NO_FIELDS
+      # What a breaker made per origin counts by default (see #build_breakers): the client's
+      # errors, and a timeout or deadline around the request (Weft.timeout, Timeout.timeout, a
+      # call cancelled past its Weft.deadline).
+      ORIGIN_FAILURES = [Error, Timeout::Error].freeze
+      private_constant :SECONDS, :ORIGIN_FAILURES, :REDIRECT_DRAIN_LIMIT, :USER_AGENT_FIELD, :ACCEPT_ENCODING_FIELD,
+                       :BOTH_FIELDS, :USER_AGENT_ONLY, :ACCEPT_ENCODING_ONLY, :NO_FIELDS
 
       # @return [URI::Generic, nil] the base URL relative request URLs resolve against
       attr_reader :base_url
@@ -96,7 +100,9 @@ module Weft
       # @param breaker [Weft::CircuitBreaker, true, Hash, nil] puts the origins behind circuit
       #   breakers (see Weft::Resilience::OriginBreakers): this one for every origin, or one per
       #   origin shared by every client of the process (true: default options; a Hash:
-      #   CircuitBreaker options, plus `failed_statuses:`, 500..599 by default)
+      #   CircuitBreaker options, plus `failed_statuses:`, 500..599 by default). Per-origin
+      #   breakers count the client's errors and deadlines unless `failure:` says otherwise, not
+      #   what the caller's side raises (see #build_breakers)
       def initialize(base_url = nil, **options)
         options = RenamedOptions.rename("Weft::HTTP::Client.new", options, RENAMED_OPTIONS)
         unknown = options.keys - DEFAULTS.keys
@@ -304,6 +310,9 @@ module Weft
       #   URL, and "user:password" if the URL (or the base URL, for a relative one) has them
       def resolve(url)
         text = url.to_s
+        # A fragment is never sent (RFC 9110 4.2.4): a server would see '#' in the target, which
+        # is invalid there (Weft's own server answers 400), and a query: would go after it.
+        text = text[0, text.index("#")] if text.include?("#")
         if text.start_with?("/") || !text.match?(%r{\A[a-z][a-z0-9+.-]*:}i)
           raise ArgumentError, "relative URL #{text.inspect} needs a client with a base URL" unless @base_url
           base_path = @base_origin.unix? ? "/" : @base_url.path
@@ -442,13 +451,17 @@ module Weft
       end
 
       # The resilience layer is loaded here, by the clients that use a breaker, and only by them.
+      # Breakers made per origin count the client's own errors and timeouts (ORIGIN_FAILURES)
+      # unless `failure:` is given: what else a request raises is the caller's (a streamed body
+      # shorter than its Content-Length, an IO body that fails to read, a closed client), and
+      # counted it would shut the origin out for every caller.
       # @return [Weft::Resilience::OriginBreakers]
       def build_breakers(setting)
         require_relative "../resilience"
         case setting
         when CircuitBreaker then Resilience::OriginBreakers.new("http", breaker: setting)
-        when true then Resilience::OriginBreakers.new("http")
-        when Hash then Resilience::OriginBreakers.new("http", **setting)
+        when true then Resilience::OriginBreakers.new("http", failure: ORIGIN_FAILURES)
+        when Hash then Resilience::OriginBreakers.new("http", **{ failure: ORIGIN_FAILURES }.merge(setting))
         else raise ArgumentError, "breaker must be a Weft::CircuitBreaker, true or a Hash of its options (got #{setting.inspect})"
         end
       end

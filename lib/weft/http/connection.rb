@@ -17,7 +17,9 @@ module Weft
     # request may be sent again.
     class Connection
       READ_SIZE = 65_536
-      # A response head; `framing` is :none, :length, :chunked or :close.
+      # A response head; `framing` is :none, :length, :chunked or :close, and `length` the body's
+      # length when framing is :length (nil otherwise: the Content-Length of an answer to HEAD, or
+      # of a 304, describes a body that is not sent).
       Head = Struct.new(:status, :reason, :version, :headers, :keep_alive, :framing, :length)
 
       # Raised when a connection that served earlier requests fails before any byte of the
@@ -177,7 +179,8 @@ module Weft
           end
         @framing = framing
         @state = :body
-        Head.new(status, @parser.reason, @parser.http_minor, @parser.headers, @keep_alive, framing, length)
+        Head.new(status, @parser.reason, @parser.http_minor, @parser.headers, @keep_alive, framing,
+                 framing == :length ? length : nil)
       end
 
       def read_length(budget, into)

@@ -132,10 +132,12 @@ module Weft
         share < seconds ? share : nil
       end
 
+      # Resolves within the connect limit: inside a reactor the scheduler's resolver thread does
+      # the lookup and Budget#within's timer ends the wait; outside one, #resolve_within.
       def resolve(host, port, budget)
         budget.within(:connect) do |seconds|
           if seconds && !Weft.running?
-            Addrinfo.getaddrinfo(host, port, nil, :STREAM, timeout: seconds)
+            resolve_within(host, port, seconds)
           else
             Addrinfo.getaddrinfo(host, port, nil, :STREAM)
           end
@@ -144,6 +146,20 @@ module Weft
         raise DNSError, "cannot resolve #{host}: #{e.message}" unless e.message.match?(/timed? ?out/i)
         _, error = budget.limit(:connect)
         raise error, "resolving #{host} timed out"
+      end
+
+      # getaddrinfo in a plain thread, waited for at most `seconds`. Ruby's own `timeout:` for it
+      # needs getaddrinfo_a, which neither Debian's Ruby 3.1 nor Ruby 3.3 is built with (it was
+      # ignored: an unanswered query held a request for the resolver's 5 s x attempts, past the
+      # connect timeout and the deadline), and Timeout cannot interrupt it on 3.1. So the lookup
+      # runs in a thread of its own, left to end by itself when the caller stops waiting. One
+      # thread per lookup, only outside a reactor and only when a connection to a host name opens.
+      # @raise [SocketError] when it does not answer in time (or fails)
+      def resolve_within(host, port, seconds)
+        lookup = Thread.new { Addrinfo.getaddrinfo(host, port, nil, :STREAM) }
+        lookup.report_on_exception = false
+        raise SocketError, "getaddrinfo timed out after #{seconds.round(3)}s" unless lookup.join(seconds)
+        lookup.value
       end
 
       def ip_literal?(host)

@@ -72,8 +72,8 @@ module Weft
         @origin = origin
         @target = target
         @headers = Request.fields(headers)
-        check_declared_length
         @body = body
+        check_declared_length
         @body_start = body.respond_to?(:pos) ? safe_pos(body) : nil
       end
 
@@ -154,7 +154,13 @@ module Weft
         when nil then nil
         when String then yield @body unless @body.empty?
         else
-          if @body.respond_to?(:read)
+          if @body.respond_to?(:read) && @body.method(:read).arity == 1
+            # #read(length) and no buffer argument, which the class comment allows: a String
+            # per piece (it raised ArgumentError, given two arguments)
+            while (piece = @body.read(size))
+              yield piece unless piece.empty?
+            end
+          elsif @body.respond_to?(:read)
             buffer = String.new(capacity: size)
             while @body.read(size, buffer)
               yield buffer unless buffer.empty?

@@ -39,7 +39,9 @@ module Weft
         @request = request
         @hold = hold # nil once the connection was handed back
         @headers = Headers.new(head.headers)
-        @inflater = decode ? inflater_for(@headers["content-encoding"]) : nil
+        # A response without a body (to HEAD, a 204, a 304) has nothing to inflate: its
+        # Content-Encoding and Content-Length describe the body a GET would get, and stay.
+        @inflater = decode && head.framing != :none ? inflater_for(@headers["content-encoding"]) : nil
         # The decoded body has neither the coding nor the length the server sent.
         @headers = @headers.without("content-encoding", "content-length") if @inflater
         @inflated = false

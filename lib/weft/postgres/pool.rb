@@ -34,9 +34,10 @@ module Weft
     # statements in one transaction); a pinned connection is out of the shared set until it is
     # given back. `lease` does the same for a use that spans several calls (see Lease).
     #
-    # Connections are opened lazily up to `limit`, checked for life before reuse, closed past
-    # `max_age` or `idle_timeout`, replaced when broken, and never shared across fork. The option
-    # names are those of every pool in Weft (Weft::Pool, the HTTP client's).
+    # Connections are opened lazily up to `limit`, checked for life before reuse (but those
+    # given back a moment before, JUST_USED), closed past `max_age` or `idle_timeout`, replaced
+    # when broken, and never shared across fork. The option names are those of every pool in
+    # Weft (Weft::Pool, the HTTP client's).
     # The pool is safe to use from many fibers and from many threads.
     #
     # Every wait honours the caller's deadline (Weft.deadline): a checkout waits no longer than
@@ -57,6 +58,15 @@ module Weft
       # Seconds a connection given back after an interrupted statement may take to be made
       # usable again (cancel, drain, rollback) before it is closed instead.
       RESET_GRACE = 2.0
+      # Seconds since a connection was given back within which it is taken again without a
+      # look at its socket for life (Connection#usable?, a system call): it was answering
+      # statements a moment ago, and had it died since, its statement would fail as one does on
+      # a connection that dies in use (the look is for connections that sat idle while the
+      # server restarted or ended their backends). A shared connection goes back to the pool
+      # whenever its pipeline empties and is taken again by the next statement, within a
+      # reactor turn or two: 0.034 times per statement in pool_bench, a `recvfrom` each.
+      # (HikariCP skips its check the same way, for 500 ms.)
+      JUST_USED = 0.01
       # Outside a fiber scheduler, a deadline or Timeout reaches a thread as an exception raised
       # into it by another thread, at whatever it is doing. The pool lets it in only where it is
       # ready for it, like a fiber scheduler does, so it can never land between taking a
@@ -451,8 +461,11 @@ module Weft
         @idle.empty? && !room?
       end
 
-      # The connection this fiber pinned with #with, if any.
+      # The connection this fiber pinned with #with, if any. With nothing pinned (#query's
+      # usual case on a shared pool) the fiber-local is not read: a fiber's pin is among
+      # @pinned for as long as it holds it.
       def pinned
+        return nil if @pinned.empty?
         connection = Thread.current[@pin_key]
         connection if connection && connection.pid == Process.pid && @pinned.include?(connection)
       end
@@ -630,6 +643,7 @@ module Weft
       # of its own: waking the first only moved the line one waiter per turn while the other
       # free connections sat unused.
       def wake_slot_waiter(behind: false)
+        return if @slot_queue.empty? # (no Enumerable#find on an empty line, see #first_unserved_pin)
         waiter = behind ? @slot_queue.find { |each| !each.woken } : @slot_queue.first
         return if waiter.nil? || waiter.woken
 
@@ -1128,11 +1142,13 @@ module Weft
         end
       end
 
-      # The most recently used free connection that is still alive and young enough.
+      # The most recently used free connection that is still alive and young enough (one given
+      # back within JUST_USED is taken as alive).
       def take_idle
         reap_idle
         while (connection = @idle.pop)
-          return connection if connection.usable? && !expired?(connection)
+          alive = connection.idle_time < JUST_USED ? !connection.broken? : connection.usable?
+          return connection if alive && !expired?(connection)
           discard(connection)
         end
         nil
@@ -1161,6 +1177,9 @@ module Weft
       end
 
       def first_unserved_pin
+        # Not Enumerable#find on an empty line: it makes two internal objects (its C block and
+        # its result's box) per call, and #release asks whenever a pipeline empties.
+        return nil if @pin_queue.empty?
         @pin_queue.find { |ticket| ticket.connection.nil? }
       end
 

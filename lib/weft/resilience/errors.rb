@@ -34,4 +34,18 @@ module Weft
 
   # A bulkhead had no free slot: its wait queue was full, or no slot freed up in time.
   class BulkheadFull < Rejected; end
+
+  module Resilience
+    # Whether `error` is a bug in the calling code rather than a failure of what it called: an
+    # exception that is not a StandardError (NoMemoryError, ScriptError, SystemStackError...), or
+    # a NameError (NoMethodError included: a typo, a method called on nil). The guards never
+    # stand in for one with a fallback or another attempt, and a breaker does not count it
+    # (unless its `failure:` says so): a fallback would hide the bug behind degraded answers, and
+    # counting it would open the breaker of a healthy dependency.
+    # @param error [Exception]
+    # @return [Boolean]
+    def self.bug?(error)
+      !error.is_a?(StandardError) || error.is_a?(NameError)
+    end
+  end
 end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../../weft"
+require_relative "errors"
 require_relative "completion_queue"
 require_relative "hedge/latencies"
 
@@ -42,8 +43,9 @@ module Weft
   #   (they get one turn of the loop, enough for cleanup that does not wait) before #call
   #   returns.
   # * When every attempt has failed, the **last** failure is raised (the most recent news about
-  #   the dependency). An exception that is not a StandardError, or an attempt cancelled by
-  #   something else, is raised at once and cancels the other attempts.
+  #   the dependency). An exception that is not a StandardError or is a NameError (a bug, which
+  #   another attempt would repeat: Resilience.bug?), or an attempt cancelled by something
+  #   else, is raised at once and cancels the other attempts.
   # * Attempts are tasks that inherit the caller's deadline (Weft.deadline); when it passes, the
   #   call raises Weft::DeadlineExceeded. Cancelling the caller cancels the attempts.
   # * With a `budget:` (a Weft::RetryBudget, which may be shared with a Weft::Retry), each call
@@ -145,7 +147,7 @@ module Weft
           queue.cancel
           return outcome
         end
-        raise outcome unless status == :failed && outcome.is_a?(StandardError)
+        raise outcome unless status == :failed && !Resilience.bug?(outcome)
         if starts.size < @max && extra_attempt?
           launch.call
         elsif running.zero?

@@ -11,9 +11,10 @@ module Weft
     # server's statistics list it.
     #
     # A call counts as failed when it raises an exception its breaker counts (the breaker's
-    # `failure:` option: StandardError by default, never a cancellation before the deadline) or
-    # when it returns a response whose status is in `failed_statuses`; such a response still
-    # reaches the caller.
+    # `failure:` option: by default a StandardError that is not a bug such as a NoMethodError,
+    # never a cancellation before the deadline; the HTTP client's per-origin breakers count its
+    # own errors and timeouts) or when it returns a response whose status is in
+    # `failed_statuses`; such a response still reaches the caller.
     class OriginBreakers
       # @param kind [String] the first word of the per-origin breakers' names ("http", "faraday")
       # @param breaker [CircuitBreaker, nil] the breaker for every origin; nil: one per origin

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../../weft"
+require_relative "errors"
 require_relative "completion_queue"
 require_relative "scatter/partial"
 
@@ -36,7 +37,8 @@ module Weft
   #   when the fallback takes three arguments, `partial` being a Scatter::Partial with the items
   #   that succeeded and their values. Fallbacks run in the caller's fiber once every item has
   #   settled, in item order. An exception that is not a StandardError (NoMemoryError,
-  #   ScriptError...) is a bug, not an outage: it is raised as if there were no fallback.
+  #   ScriptError...), or a NameError (NoMethodError included), is a bug, not an outage
+  #   (Resilience.bug?): it is raised as if there were no fallback.
   # * **Without a fallback,** the first failure (in time) cancels the other items and is raised
   #   in the caller: the same exception object, its backtrace the item task's, followed by the
   #   caller's from the #call site (so both where it happened and where it was gathered show).
@@ -203,7 +205,7 @@ module Weft
         @settled_items[index] = true
         if status == :completed
           @results[index] = outcome
-        elsif !@tolerant || (status == :failed && !outcome.is_a?(StandardError))
+        elsif !@tolerant || (status == :failed && Resilience.bug?(outcome))
           fail_with(outcome)
         else
           @errors[index] = outcome

@@ -44,6 +44,10 @@ module Weft
     # from then on. A worker's count goes up as it accepts, so a burst is shared as it arrives:
     # the two take turns, each accepting until it is noticeably above the other, and the
     # proportional TOLERANCE keeps the turns few in a large burst (each turn costs up to POLL).
+    # The count includes the connections the application took over (rack.hijack, streaming
+    # bodies: WebSockets, event streams) until it closes them: a worker holding thousands of
+    # them holds their descriptors and memory, and must not look empty (ConnectionHost,
+    # HijackedSockets).
     class AcceptSpread
       # Open connections above the least loaded sibling from which a worker leaves new ones to
       # it. 2 rather than 1 (reasoned, not compared by measurement): with short connections (one
@@ -97,7 +101,8 @@ module Weft
         @loads.publish(@slot, connections, accepted: true)
       end
 
-      # A connection closed (or was hijacked). @param connections [Integer] open now
+      # A connection closed (a hijacked one included: ConnectionHost counts those until the
+      # application closes them). @param connections [Integer] open now
       def closed(connections)
         @connections = connections
         @loads.publish(@slot, connections)
@@ -116,9 +121,12 @@ module Weft
           limit = proportional if proportional < limit
         end
         lightest = nil
-        slot = 0
-        slots = @loads.slots
-        while slot < slots
+        # The slots claimed now, not every slot ever claimed: the look costs what the workers
+        # alive do (WorkerLoads#live).
+        index = 0
+        live = @loads.live
+        while index < live
+          slot = @loads.live_slot(index)
           if slot != @slot && @loads.accepting?(slot)
             count = @loads.connections(slot)
             if count <= limit && !distrusted?(slot)
@@ -126,7 +134,7 @@ module Weft
               limit = count
             end
           end
-          slot += 1
+          index += 1
         end
         lightest
       end

@@ -141,20 +141,27 @@ module Weft
         !@closed && @stream.peek == :data
       end
 
-      # Closes the socket (idempotent, never raises, never blocks).
+      # Closes the socket (idempotent, never raises, never blocks). Also what a partial hijack
+      # or streaming body's Server::Stream#close does, which ends the connection's count. The
+      # count first: once the client sees the close, the server's figures say so too.
       def close
         return if @closed
         @closed = true
+        @host.forget(self, @hijacked)
         @stream.close
-        @host.forget(self)
       end
 
-      # Hands the socket to the application (full hijack): the server forgets it. Bytes the
-      # client sent beyond the request (a pipelined request, the first frames of a WebSocket)
-      # come first from the IO's buffered reads (Weft::Stream#hand_over).
+      # Hands the socket to the application (full hijack): the server stops serving it, and
+      # counts it until the app closes it (ConnectionHost#hand_over). Bytes the client sent
+      # beyond the request (a pipelined request, the first frames of a WebSocket) come first
+      # from the IO's buffered reads (Weft::Stream#hand_over). The socket is also set as
+      # `rack.hijack_io`, where Rack 2 apps look for it (Rack 2's SPEC asks the server to set
+      # it; Tubesock and older WebSocket adapters read it rather than the return value).
       # @return [IO] the socket; an OpenSSL::SSL::SSLSocket on a TLS listener
       def hijack
-        detach.hand_over
+        io = detach.hand_over
+        @env[RACK_HIJACK_IO] = io if @env
+        io
       end
 
       # @return [Boolean] whether the app took the socket (hijack or streaming body). An
@@ -189,11 +196,16 @@ module Weft
       end
 
       # Hands the connection's stream to the application (partial hijack, streaming body): the
-      # server forgets the connection, the app reads and writes through Server::Stream.
+      # server stops serving the connection, the app reads and writes through Server::Stream,
+      # and the connection counts until the app closes it (#close, or the socket itself after a
+      # full hijack: ConnectionHost#hand_over). Once: a second call (an app calling rack.hijack
+      # twice) returns the same stream.
       # @return [Weft::Stream] with the bytes received beyond the current request still buffered
       def detach
-        @detached = true
-        @host.forget(self)
+        unless @detached
+          @detached = true
+          @hijacked = @host.hand_over(self) unless @closed
+        end
         @stream
       end
 
@@ -462,6 +474,7 @@ module Weft
       end
 
       RACK_INPUT = "rack.input"
+      RACK_HIJACK_IO = "rack.hijack_io"
     end
   end
 end

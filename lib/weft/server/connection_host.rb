@@ -4,6 +4,7 @@ require_relative "../semaphore"
 require_relative "connection_settings"
 require_relative "idle_pool"
 require_relative "connection"
+require_relative "hijacked_sockets"
 
 module Weft
   class Server
@@ -18,11 +19,17 @@ module Weft
     #   statistics, log_error             counting client and parse errors; logging unexpected ones
     #   stopping?, drain_remaining        the graceful stop
     #   park                              between requests: into the IdlePool, with no fiber
-    #   forget                            closed, or taken by the app (hijack)
+    #   hand_over                         taken by the app (hijack, streaming body)
+    #   forget                            closed (a handed-over one too, when closed through
+    #                                     the server's Stream)
     #
     # The Server uses the rest: #admit, #full?, #reclaim_idle and #wait_for_room (the accept
-    # loop at max_connections, or out of file descriptors), and the stop (#begin_stop, #busy?,
-    # #cancel_tasks, #close_all).
+    # loop at max_connections, or out of file descriptors), #sweep_hijacked (its sweeping
+    # task), and the stop (#begin_stop, #busy?, #cancel_tasks, #close_all).
+    #
+    # A connection the application took over still counts, against max_connections and in the
+    # load published to the siblings (AcceptSpread), until the application closes it
+    # (HijackedSockets): it still holds a descriptor and memory of this process.
     #
     #   host = ConnectionHost.new(config, rack: rack, statistics: statistics, error_log: error_log)
     #   host.admit(socket, listener) # serves it in a task of its own
@@ -54,11 +61,13 @@ module Weft
         @spread = spread
         @idle_pool = IdlePool.new { |connection| serve(connection, :resume) }
         @drain_grace = config[:drain_grace]
-        # A permit per open connection, held from #admit to #forget. Past the limit (only the
-        # connections the stop takes off the backlog, see #admit) the count stays at the limit:
-        # permits held = min(open connections, max_connections).
+        # A permit per open connection, held from #admit until it is closed (a hijacked one:
+        # until the application closes it). Past the limit (only the connections the stop takes
+        # off the backlog, see #admit) the count stays at the limit: permits held =
+        # min(open connections + hijacked, max_connections).
         @capacity = Semaphore.new(config[:max_connections])
         @connections = {}.compare_by_identity
+        @hijacked = HijackedSockets.new
         @tasks = {}.compare_by_identity
         @stopping = false
         @shutdown_deadline = nil
@@ -94,13 +103,26 @@ module Weft
         reclaim_idle if @capacity.waiting.positive? && full?
       end
 
-      # The connection is closed, or the app took its socket (hijack): it no longer counts.
-      # Idempotent.
+      # The app took the connection's socket (full or partial hijack, a streaming body): the
+      # server no longer serves it, but it counts until the app closes it (HijackedSockets).
+      # @param connection [Connection] not closed
+      # @return [Integer] the token #forget takes it off with, if it is closed through the
+      #   server's own objects (Server::Stream#close)
+      def hand_over(connection)
+        @connections.delete(connection)
+        @hijacked.add(connection.to_io)
+      end
+
+      # The connection is closed: it no longer counts. Idempotent.
       # @param connection [Connection]
-      def forget(connection)
-        return unless @connections.delete(connection)
-        @capacity.release if @connections.size < @capacity.limit
-        @spread&.closed(@connections.size)
+      # @param hijacked [Integer, nil] its token from #hand_over, if the app had taken it
+      def forget(connection, hijacked = nil)
+        if hijacked
+          return unless @hijacked.remove(hijacked)
+        else
+          return unless @connections.delete(connection)
+        end
+        closed(1)
       end
 
       # Logs an error with its backtrace; repeats of it are counted and summed up in one line
@@ -113,9 +135,28 @@ module Weft
 
       # --- For the server -----------------------------------------------------------------
 
-      # @return [Integer] open connections (parked or busy)
+      # @return [Integer] open connections the server serves (parked or busy)
       def size
         @connections.size
+      end
+
+      # @return [Integer] connections the app took over and has not closed yet (as of the last
+      #   #sweep_hijacked for a full hijack)
+      def hijacked
+        @hijacked.size
+      end
+
+      # Stops counting the hijacked sockets the app has closed, or dropped for the GC to close,
+      # since the last look (the server calls it every HijackedSockets::SWEEP_INTERVAL, and at
+      # max_connections before making room): their room is given back, and the lower load
+      # published.
+      # @param unless_within [Numeric] seconds: no look if the last one is more recent
+      # @return [Integer] how many
+      def sweep_hijacked(unless_within = 0)
+        return 0 if @hijacked.size.zero?
+        gone = @hijacked.sweep(unless_within)
+        closed(gone) if gone.positive?
+        gone
       end
 
       # @return [Boolean] whether max_connections are open
@@ -133,7 +174,7 @@ module Weft
         @capacity.acquire unless full? # never waits: nothing yields between the check and this
         connection = Connection.new(self, socket, listener)
         @connections[connection] = true
-        @spread&.opened(@connections.size)
+        @spread&.opened(@connections.size + @hijacked.size)
         serve(connection, :start)
       end
 
@@ -148,9 +189,12 @@ module Weft
 
       # Waits until a connection closes (a permit comes free), or parks and is reclaimed for
       # this waiter (#park). The permit is given back at once: #admit takes it for the client.
+      # While the app holds hijacked sockets, for HijackedSockets::SWEEP_GAP at most: one of
+      # them may be closed already, which only a look finds (the caller looks again:
+      # Server#make_room), and a client must not wait for the periodic sweep.
       def wait_for_room
-        @capacity.acquire
-        @capacity.release
+        timeout = HijackedSockets::SWEEP_GAP unless @hijacked.size.zero?
+        @capacity.release if @capacity.acquire(timeout: timeout)
       end
 
       # Starts the graceful stop: connections close after their current request, and one
@@ -188,6 +232,19 @@ module Weft
       end
 
       private
+
+      # `count` connections stopped counting: their permits back (those held, see @capacity),
+      # the load published.
+      def closed(count)
+        open = @connections.size + @hijacked.size
+        permits = @capacity.limit - open
+        permits = count if count < permits
+        while permits.positive?
+          @capacity.release
+          permits -= 1
+        end
+        @spread&.closed(open)
+      end
 
       # Starts a task for a connection (method :start for a new one, :resume for one the
       # IdlePool hands back). It is not a child of the accepting task, so that cancelling the

@@ -72,6 +72,7 @@ module Weft
           in_flight: @in_flight,
           connections_open: @server.open_connections,
           connections_idle: @server.idle_pool.size,
+          connections_hijacked: @server.hijacked_connections,
           connections_accepted: @connections_accepted,
           connections_reclaimed: @connections_reclaimed,
           responses_5xx: @responses_5xx,
@@ -116,7 +117,7 @@ module Weft
       def to_json(*)
         workers = all
         totals = {}
-        %i[requests in_flight connections_open connections_idle connections_accepted connections_reclaimed
+        %i[requests in_flight connections_open connections_idle connections_hijacked connections_accepted connections_reclaimed
            responses_5xx client_errors parse_errors fibers reactor_stalls accepts_deferred].each do |key|
           totals[key] = workers.sum { |worker| worker[key].to_i }
         end
@@ -131,6 +132,8 @@ module Weft
           in_flight: ["gauge", "weft_requests_in_flight", "Requests being processed"],
           connections_open: ["gauge", "weft_connections_open", "Open client connections"],
           connections_idle: ["gauge", "weft_connections_idle", "Keep-alive connections parked without a fiber"],
+          connections_hijacked: ["gauge", "weft_connections_hijacked",
+                                 "Connections the application took over (rack.hijack, streaming bodies), not closed yet"],
           connections_accepted: ["counter", "weft_connections_accepted_total", "Connections accepted"],
           connections_reclaimed: ["counter", "weft_connections_reclaimed_total",
                                   "Idle keep-alive connections closed to admit new ones at max_connections"],

@@ -85,9 +85,9 @@ module Weft
         shut(:close_write)
       end
 
-      # Closes the connection.
+      # Closes the connection; the server stops counting it at once (Connection#close).
       def close
-        @stream.close
+        @connection.close
       end
 
       # @return [Boolean]

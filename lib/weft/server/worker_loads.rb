@@ -16,10 +16,21 @@ module Weft
     # siblings only read. Statistics::Board, the JSON files behind /stats, is the wrong place
     # for this: written once a second, read with a file system call per worker.
     #
+    # The master also keeps, in the table, the list of the slots claimed now (#live,
+    # #live_slot): a worker looks at every sibling before each accept, and that look must cost
+    # what the workers alive cost, not what the most there ever were did. (It scanned up to the
+    # highest slot ever claimed: after TTIN to 64 workers and TTOU back to 2, 64 slots per
+    # accept, for good.) Claimed slots are listed in no particular order; a release moves the
+    # last entry into the freed place. Only the master writes the list; a worker reading it
+    # while it changes may see a slot twice, or, for a moment, not see one just claimed (the
+    # cells are not ordered with each other): harmless for a hint, and a freed slot it still
+    # sees is cleared, so not accepting.
+    #
     #   loads = WorkerLoads.new(2048)             # master, before forking
     #   slot = loads.claim                        # master, for each worker, before its fork
     #   loads.open(slot, Process.pid)             # the worker, when it starts accepting
     #   loads.publish(slot, 12, accepted: true)   # the worker, as connections open and close
+    #   loads.live.times { |i| loads.live_slot(i) } # any worker: the slots claimed now
     #   loads.connections(other)                  # any worker, of a sibling's slot
     #   loads.release(slot)                       # master, once the worker is reaped
     #
@@ -34,8 +45,9 @@ module Weft
       ACCEPTING = 1
       CONNECTIONS = 2
       ACCEPTED = 3
-      # Cell 0 holds how many slots were ever claimed: readers look at those only.
-      CLAIMED = 0
+      # Cell 0 holds how many slots are claimed now; the list of them starts on the next line.
+      LIVE = 0
+      LIST = STRIDE
 
       # @return [Integer] how many slots the table has
       attr_reader :capacity
@@ -43,28 +55,42 @@ module Weft
       # @param capacity [Integer] slots: at most this many workers alive at once take part
       def initialize(capacity)
         @capacity = capacity
-        @cells = SharedCounters.new(STRIDE * (capacity + 1))
-        @claimed = [] # master only: slots in use
+        # The header line, the list rounded up to whole lines, then a line per slot.
+        @slots_at = LIST + ((capacity + STRIDE - 1) / STRIDE) * STRIDE
+        @cells = SharedCounters.new(@slots_at + STRIDE * capacity)
+        @claimed = [] # master only: the slots in use, in the order of the shared list
+        @free = (0...capacity).to_a # master only: the free slots, lowest first
       end
 
       # --- In the master ------------------------------------------------------------------
 
-      # A cleared slot for a worker about to be forked.
+      # A cleared slot for a worker about to be forked: the lowest free one.
       # @return [Integer, nil] nil when every slot is taken (the worker then does not take part)
       def claim
-        slot = (0...@capacity).find { |index| !@claimed.include?(index) }
+        slot = @free.shift
         return nil unless slot
         clear(slot)
+        @cells[LIST + @claimed.size] = slot # listed before it is counted
         @claimed << slot
-        @cells[CLAIMED] = slot + 1 if slot >= @cells[CLAIMED]
+        @cells[LIVE] = @claimed.size
         slot
       end
 
       # The worker of the slot has exited: siblings stop considering it, and the slot is free.
       # @param slot [Integer]
       def release(slot)
+        index = @claimed.index(slot)
+        return unless index
         clear(slot)
-        @claimed.delete(slot)
+        last = @claimed.pop
+        unless last == slot
+          # The last entry moves into the freed place before the count shrinks: a reader
+          # counting the old length still finds it at its old place, which keeps it until then.
+          @claimed[index] = last
+          @cells[LIST + index] = last
+        end
+        @cells[LIVE] = @claimed.size
+        @free.insert(@free.bsearch_index { |free| free > slot } || @free.size, slot)
       end
 
       # --- In a worker --------------------------------------------------------------------
@@ -91,9 +117,15 @@ module Weft
         @cells.add(base(slot) + ACCEPTED, 1) if accepted
       end
 
-      # @return [Integer] slots to look at: 0...slots (some may be free: not #accepting?)
-      def slots
-        @cells[CLAIMED]
+      # @return [Integer] how many slots are claimed now: #live_slot(0...live) names them
+      def live
+        @cells[LIVE]
+      end
+
+      # @param index [Integer] 0...#live
+      # @return [Integer] a claimed slot (its worker may not be accepting yet, or any more)
+      def live_slot(index)
+        @cells[LIST + index]
       end
 
       # @param slot [Integer]
@@ -121,7 +153,7 @@ module Weft
       private
 
       def base(slot)
-        STRIDE * (slot + 1)
+        @slots_at + STRIDE * slot
       end
 
       def clear(slot)
