@@ -37,10 +37,10 @@ class PostgresSegmentHoldTest < Minitest::Test
       starts = run_rounds(db, "select now()::text", fibers: fibers, rounds: rounds) { |pool, sql| pool.query(sql).getvalue(0, 0) }
       sizes = starts.tally.values # statements per segment
       alone = sizes.count(1) * 100.0 / sizes.size
-      # Without the hold-back a third to half of the segments held one statement (the
-      # reader's: 51-53% on 3.3 + YJIT, 33-39% on 3.1), with it 10-21% and 5-12% (a reader
+      # Without the hold-back a third to over half of the segments held one statement (the
+      # reader's: 58-61% on 3.3 + YJIT, 37-44% on 3.1), with it 15-19% and 6-25% (a reader
       # whose statement settled alone wakes nobody, and goes on alone).
-      assert_operator alone, :<, 27, "#{alone.round(1)}% of #{sizes.size} segments held one statement"
+      assert_operator alone, :<, 30, "#{alone.round(1)}% of #{sizes.size} segments held one statement"
     end
     # Nearly all pipelined (a fiber's first statement, and one sent while the pipelines had
     # drained, may run alone on a connection).
