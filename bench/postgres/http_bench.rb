@@ -13,6 +13,7 @@
 
 require_relative "support"
 require "socket"
+require "tmpdir"
 require "net/http"
 
 module PostgresBench

@@ -302,6 +302,7 @@ module Weft
       @polls = 0
       @max_lag = 0.0
       @lag = 0.0
+      @busy = 0.0
       @turn_started = nil
       # When the current poll (#select) began, and when the latest poll that has returned and
       # the one before it looked for ready I/O: see #watched? and #readiness_floor.
@@ -368,6 +369,9 @@ module Weft
       looked = @poll_started
       looked += @selector.idle_duration if now - looked > WATCH_SLACK
       @watched = looked
+      # The turn's work (#busy): the fibers run before the poll and those the poll resumed
+      # itself (a socket's reader) after its wait.
+      @busy = @lag + (now - @poll_started - @selector.idle_duration)
       # Only the timers due by its look (see above); the others wait for the next poll.
       @timers.fire(looked + WATCH_SLACK < now ? looked + WATCH_SLACK : now)
     end
@@ -762,6 +766,19 @@ module Weft
     def watched?(moment)
       watched = @watched
       !watched.nil? && watched >= moment - WATCH_SLACK
+    end
+
+    # How long the reactor's latest turn kept the thread busy, in seconds: the fibers it ran
+    # before its poll (the lag) and those the poll resumed after its wait (the selector resumes
+    # a socket's waiter itself). Work put off to the next turn waits about that long if turns
+    # stay alike (Postgres::Pipeline holds a segment back only while this is short).
+    # @return [Float]
+    attr_reader :busy
+
+    # Whether fibers woken so far wait for their turn: the next turn runs them first.
+    # @return [Boolean]
+    def ready?
+      !@ready.empty?
     end
 
     # Counters for statistics pages and tests. `timers` counts every armed timer, including

@@ -18,11 +18,12 @@ module Weft
     #
     # Callers #submit a statement (buffered by libpq, without waiting for earlier answers) and
     # then #await its outcome. Under Weft the statements submitted during one turn of the reactor
-    # go out as one segment: one write, one sync point after the last of them. PostgreSQL answers
-    # a segment in one write too, and runs it as one implicit transaction, so one sync per
-    # statement (which the server commits and flushes separately) would cost the server and this
-    # process several times as much per statement. Elsewhere (plain threads) every statement is
-    # a segment of its own.
+    # go out as one segment: one write, one sync point after the last of them (while the
+    # reactor's turns are short, those a reader sends inside the reactor's poll wait for the
+    # next turn's: #hold_back). PostgreSQL answers a segment in one write too, and runs it as
+    # one implicit transaction, so one sync per statement (which the server commits and flushes
+    # separately) would cost the server and this process several times as much per statement.
+    # Elsewhere (plain threads) every statement is a segment of its own.
     #
     # A statement is settled when its segment's sync point comes back: only then is it
     # committed. When a statement of a segment fails, PostgreSQL rolls the segment back and
@@ -73,6 +74,10 @@ module Weft
       # libpq 17 can mark a sync point without flushing; older libpq flushes with it (which,
       # on a nonblocking connection, never waits).
       SEND_SYNC = PG::Connection.method_defined?(:send_pipeline_sync) ? :send_pipeline_sync : :sync_pipeline_sync
+      # The end-of-turn flush holds a segment back for the next turn's statements (#hold_back)
+      # only after a turn of the reactor that kept it busy for less than this many seconds
+      # (Scheduler#busy): the held statements wait about one such turn.
+      HOLD_TURN = 0.001
 
       # @return [Connection]
       attr_reader :connection
@@ -113,7 +118,11 @@ module Weft
         # and block each time, on the timers of the reactor it was made in.
         @flush_timer = nil
         @flush_timers = nil
+        @flush_scheduler = nil # the reactor of @flush_timers
         @deferred_flush = method(:deferred_flush)
+        @held = false # the end-of-turn flush held the segment being built back (#hold_back)
+        @hold_for = 0 # statements in the held segment at which it is written (#hold_back)
+        @settled = 0  # statements settled since the end-of-turn flush last came (#hold_back)
         @segment_sent_at = nil # when the first statement of the segment being built was submitted
         @unwritten = 0      # statements submitted since the last flush (at the end of @queue)
         @progress_at = nil  # monotonic time the last segment's sync point came back
@@ -236,6 +245,7 @@ module Weft
         @unwritten += 1
         sync if request.alone
         schedule_flush
+        flush_held if @held && @unwritten >= @hold_for
       rescue PG::Error, IOError, SystemCallError => e
         raise e unless @raw.status != PG::CONNECTION_OK || @queue.include?(request)
         lost(e)
@@ -309,10 +319,12 @@ module Weft
         scheduler = Weft.scheduler
         if scheduler && scheduler.thread.equal?(Thread.current)
           @flush_scheduled = true
+          @held = false
           timers = scheduler.timers
           if @flush_timers.equal?(timers)
             @flush_timer.reschedule(0) # re-arms it, or moves it if the reader flushed first
           else
+            @flush_scheduler = scheduler
             @flush_timers = timers
             @flush_timer = timers.after(0, @deferred_flush)
           end
@@ -321,9 +333,14 @@ module Weft
         end
       end
 
+      # The end-of-turn flush (a timer callback in the loop fiber, after the reactor's poll):
+      # writes the segment being built, unless it holds it back for a turn (#hold_back).
       def deferred_flush
         return unless @lock.try_lock # a thread holds it: the reader flushes on its next turn
         begin
+          settled = @settled
+          @settled = 0
+          return if hold_back(settled)
           @flush_scheduled = false
           flush unless @raw.finished?
         rescue PG::Error, IOError, SystemCallError
@@ -331,6 +348,48 @@ module Weft
         ensure
           @lock.unlock
         end
+      end
+
+      # Whether the end-of-turn flush leaves the segment being built to the next turn (re-arming
+      # itself for it), which it does once, when callers were woken here since its last flush,
+      # fibers woken so far are ready to run and the reactor's turns are short.
+      #
+      # The case it is for: a connection's reader, resumed inside the reactor's poll, settles a
+      # segment, wakes its other callers and goes on at once with its own fiber's next
+      # statement. The woken callers run first thing on the next turn and send theirs, to this
+      # connection (the least loaded now); written at once, the reader's statement went in a
+      # segment of its own and theirs in a second one, two writes and two rounds of the server
+      # where one does (in bench/postgres/pool_bench.rb half the segments held one statement;
+      # held back, 97% hold 21-25: bench/results/postgres-ruby-3.3.md, 2026-12-07).
+      #
+      # The segment is written as soon as it holds as many statements as were settled here
+      # since the last end-of-turn flush, by the last of the woken callers to send its
+      # statement (#flush_held), before the rest of the next turn's fibers run; if not all of
+      # them come back, by the reader at the next poll (it waits for the socket to turn
+      # writable too, #lead) or by this flush after it. With no caller woken here beside those
+      # whose statements it holds (a reader whose own statement settled alone) nobody is known
+      # to be coming, and nothing is held. The wait is a turn at most, so the hold is made only
+      # after a turn that kept the reactor busy for less than HOLD_TURN (Scheduler#busy): on a
+      # reactor busy with CPU-bound fibers every statement is written at the end of the turn it
+      # was sent in, as without the hold. Statements count as sent when written
+      # (#mark_written): the wait is never taken for the server's time.
+      # @param settled [Integer] statements settled here since the last end-of-turn flush
+      # @return [Boolean] whether it held the segment back
+      def hold_back(settled)
+        return false if @held || @unwritten.zero? || settled <= @unwritten
+        scheduler = @flush_scheduler
+        return false unless scheduler.ready? && scheduler.busy < HOLD_TURN
+        @held = true
+        @hold_for = settled
+        @flush_timer.reschedule(0)
+        true
+      end
+
+      # Writes the held segment: every caller it was held for has sent its statement (#hold_back).
+      def flush_held
+        @held = false
+        @flush_scheduled = false
+        flush
       end
 
       # Waits until the block is true, reading results meanwhile if nobody else is.
@@ -539,6 +598,7 @@ module Weft
         started = segment.empty? ? @read_at : segment_start(segment.first)
         took = @arrived_after - started
         @progress_at = @read_at
+        @settled += segment.size
         segment.each { |request| @slow_in_flight -= 1 if request.slow } if @slow_in_flight > 0
         segment.each { |request| Trace.event(:answered, @connection, request.object_id) } if Trace::ON
         clean = @clean

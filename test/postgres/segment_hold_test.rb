@@ -1,0 +1,108 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "weft/postgres"
+
+# When a connection's reader reads a segment's answer inside the reactor's poll, it wakes the
+# segment's other callers, which run on the next turn, and goes on with its own fiber's next
+# statement at once. The end-of-turn flush holds that statement back for the next turn's, so
+# that it goes out with theirs in one segment (Pipeline#hold_back), but only while the
+# reactor's turns are short: on a reactor busy with CPU-bound fibers the wait could be a turn
+# of their work. Segments are seen from the server: the statements of one share its implicit
+# transaction, and so `now()`.
+class PostgresSegmentHoldTest < Minitest::Test
+  include Weft::Test::PostgresPools
+
+  # How long the CPU-bound fiber of the busy reactor keeps the reactor before it yields.
+  SPIN = 0.02
+
+  # `fibers` fibers run `sql` `rounds` times each through `db` (after one round to get them
+  # pipelined); returns the first column of every answer, as Strings.
+  def run_rounds(db, sql, fibers:, rounds:)
+    answers = []
+    Weft.gather(Array.new(fibers) do
+      Weft.spawn do
+        db.query(sql)
+        rounds.times { answers << yield(db, sql) }
+      end
+    end)
+    answers
+  end
+
+  def test_statements_of_fibers_woken_together_go_out_in_one_segment
+    db = pool(limit: 2)
+    fibers = 40
+    rounds = 100
+    reactor do
+      starts = run_rounds(db, "select now()::text", fibers: fibers, rounds: rounds) { |pool, sql| pool.query(sql).getvalue(0, 0) }
+      sizes = starts.tally.values # statements per segment
+      alone = sizes.count(1) * 100.0 / sizes.size
+      # Without the hold-back a third to over half of the segments held one statement (the
+      # reader's: 58-61% on 3.3 + YJIT, 37-44% on 3.1), with it 15-19% and 6-25% (a reader
+      # whose statement settled alone wakes nobody, and goes on alone).
+      assert_operator alone, :<, 30, "#{alone.round(1)}% of #{sizes.size} segments held one statement"
+    end
+    # Nearly all pipelined (a fiber's first statement, and one sent while the pipelines had
+    # drained, may run alone on a connection).
+    assert_operator db.statistics[:pipelined], :>=, fibers * rounds * 0.9
+  end
+
+  def test_on_a_busy_reactor_nothing_is_held_back
+    db = pool(limit: 1)
+    reactor do
+      stop = false
+      spinner = Weft.spawn do
+        until stop
+          started = now
+          nil while now - started < SPIN
+          sleep 0
+        end
+      end
+      held = HoldCounter.count do
+        run_rounds(db, "select 1", fibers: 4, rounds: 20) { |pool, sql| pool.query(sql) }
+      end
+      stop = true
+      spinner.wait
+      # Held back, a statement would wait for the callers it waits for to send theirs, and
+      # when one of them does not (it has other work, or goes to another connection) for the
+      # next turn's flush, after a turn of the spinner's work.
+      assert_equal 0, held, "segments held back on a reactor whose turns take #{SPIN}s"
+    end
+    assert_operator db.statistics[:pipelined], :>=, 40, "the statements were not pipelined"
+  end
+
+  def test_on_a_quiet_reactor_segments_are_held_back
+    db = pool(limit: 1)
+    reactor do
+      held = HoldCounter.count do
+        run_rounds(db, "select 1", fibers: 4, rounds: 20) { |pool, sql| pool.query(sql) }
+      end
+      assert_operator held, :>, 0
+    end
+  end
+
+  # Counts the segments Pipeline#hold_back holds back while #count runs (it only watches).
+  module HoldCounter
+    @count = nil
+
+    # @return [Integer] holds made while the block ran
+    def self.count
+      @count = 0
+      yield
+      @count
+    ensure
+      @count = nil
+    end
+
+    def self.held
+      @count += 1 if @count
+    end
+
+    private
+
+    def hold_back(*)
+      super.tap { |held| HoldCounter.held if held }
+    end
+  end
+  Weft::Postgres::Pipeline.prepend(HoldCounter)
+end
