@@ -376,13 +376,18 @@ module Weft
       # @param settled [Integer] statements settled here since the last end-of-turn flush
       # @return [Boolean] whether it held the segment back
       def hold_back(settled)
-        return false if @held || @unwritten.zero? || settled <= @unwritten
-        scheduler = @flush_scheduler
-        return false unless scheduler.ready? && scheduler.busy < HOLD_TURN
+        return false if @held || @unwritten.zero? || settled <= @unwritten || !callers_coming?
         @held = true
         @hold_for = settled
         @flush_timer.reschedule(0)
         true
+      end
+
+      # Whether the callers woken here are about to send (fibers wait for the next turn) and
+      # the reactor's last turn was short enough for the held statements to wait it out.
+      def callers_coming?
+        scheduler = @flush_scheduler
+        scheduler.ready? && scheduler.busy < HOLD_TURN
       end
 
       # Writes the held segment: every caller it was held for has sent its statement (#hold_back).
