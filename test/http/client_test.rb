@@ -86,6 +86,8 @@ class HTTPClientTest < Minitest::Test
     assert_raises(ArgumentError) { http.post("/", body: "four", headers: { "content-length" => "4x" }) }
     chunked = http.post("/te", body: "by caller", headers: { "transfer-encoding" => "chunked" })
     assert_equal "POST /te? by caller", chunked.body
+    cased = http.post("/te", body: "cased", headers: { "Transfer-Encoding" => "Chunked" })
+    assert_equal "POST /te? cased", cased.body
     assert_raises(ArgumentError) { http.get("/café") }
   end
 
@@ -100,6 +102,20 @@ class HTTPClientTest < Minitest::Test
     assert_equal "POST /? four", http.post("/", body: "four").body, "the caller's mistake opened the origin's breaker"
   ensure
     Weft::CircuitBreaker.unregister("http #{srv.url.chomp('/')}") if srv && defined?(Weft::CircuitBreaker)
+  end
+
+  # Both framings on the wire, or a coding the body is not sent in, is a request that a server
+  # and a proxy in front of it may read differently (request smuggling's shape).
+  def test_a_request_framed_two_ways_is_refused_before_connecting
+    srv = echo_server
+    http = client(srv.url)
+    both = { "content-length" => "4", "transfer-encoding" => "chunked" }
+    error = assert_raises(ArgumentError) { http.post("/", body: "four", headers: both) }
+    assert_match(/both Content-Length and Transfer-Encoding/, error.message)
+    error = assert_raises(ArgumentError) { http.post("/", body: "four", headers: { "transfer-encoding" => "gzip" }) }
+    assert_match(/must end with chunked/, error.message)
+    assert_raises(ArgumentError) { http.post("/", body: "four", headers: { "Transfer-Encoding" => "chunked, gzip" }) }
+    assert_empty http.statistics, "a connection was opened for a request that could not be sent"
   end
 
   def test_invalid_arguments_are_rejected_before_anything_is_sent

@@ -210,8 +210,19 @@ module Weft
         @origin.unix? ? "http://localhost#{@target}" : url
       end
 
+      # The framing fields a caller set: a Content-Length that is a number and matches a String
+      # body, and a Transfer-Encoding that ends in chunked (the client frames such a body in
+      # chunks) and comes without a Content-Length. Both on the wire, or a coding other than
+      # chunked last, is a request that servers and the proxies in between may frame
+      # differently (RFC 9112 6.1 and 6.3; a smuggling shape): refused before anything is sent.
       def check_declared_length
         declared = self["content-length"]
+        if (coding = self["transfer-encoding"])
+          raise ArgumentError, "both Content-Length and Transfer-Encoding set: a request has one framing (RFC 9112 6.3)" if declared
+          unless coding.split(",").last.to_s.strip.casecmp?("chunked")
+            raise ArgumentError, "Transfer-Encoding #{coding.inspect} must end with chunked (the client sends the body in chunks)"
+          end
+        end
         return unless declared
         raise ArgumentError, "invalid Content-Length #{declared.inspect}" unless declared.match?(/\A\d+\z/)
         return unless @body.is_a?(String) && @body.bytesize != Integer(declared, 10)
