@@ -294,6 +294,39 @@ class HTTPClientTest < Minitest::Test
     assert_equal 2, srv2.connections
   end
 
+  # A server that says how long it keeps an idle connection (Keep-Alive: timeout=N) closes it
+  # then: a request written at that moment fails (a POST cannot be sent again). The client
+  # stops reusing such a connection a second before (half of N below two seconds).
+  def test_a_connection_is_not_reused_past_the_servers_keep_alive_hint
+    hinted = server { |_request| [200, { "keep-alive" => "timeout=1" }, "ok"] }
+    http = client(hinted.url)
+    http.post("/", body: "a")
+    sleep 0.2
+    http.post("/", body: "b")
+    assert_equal 1, hinted.connections, "reused within the hint"
+    sleep 0.6
+    http.post("/", body: "c")
+    assert_equal 2, hinted.connections, "reused 0.6 s into a 1 s keep-alive"
+
+    plain = server { |_request| [200, {}, "ok"] }
+    http = client(plain.url)
+    http.post("/", body: "a")
+    sleep 0.8
+    http.post("/", body: "b")
+    assert_equal 1, plain.connections, "without a hint the idle_timeout decides"
+  end
+
+  def test_keep_alive_hints_are_read_as_servers_send_them
+    limit = ->(value) { Weft::HTTP::Connection.idle_limit([["Content-Type", "text/plain"], ["Keep-Alive", value]]) }
+    assert_equal 4.0, limit.call("timeout=5, max=1000")
+    assert_equal 74.0, limit.call("max=100, Timeout = 75")
+    assert_equal 0.5, limit.call("timeout=1")
+    assert_equal 0.0, limit.call("timeout=0")
+    assert_nil limit.call("max=100")
+    assert_nil limit.call("xtimeout=5")
+    assert_nil Weft::HTTP::Connection.idle_limit([["Content-Length", "2"]])
+  end
+
   def test_concurrent_requests_in_a_reactor_overlap_through_one_client
     srv = server { sleep 0.5; [200, {}, "slow"] }
     http = client(srv.url)

@@ -30,7 +30,7 @@ module Weft
     # blocks the calling thread.
     class Client
       DEFAULTS = {
-        limit: 64, max_connecting: 16, idle_timeout: 5, max_uses: 1000, max_age: nil,
+        limit: 64, max_connecting: 16, idle_timeout: 4, max_uses: 1000, max_age: nil,
         connect_timeout: 10, read_timeout: 30, write_timeout: 30, acquire_timeout: nil,
         header_timeout: 30, body_timeout: nil, deadline: 60, max_body_size: 64 * 1024 * 1024,
         follow: 0, decompress: true, ssl: {}, proxy: :env, headers: {}, breaker: nil
@@ -74,7 +74,10 @@ module Weft
       #   origin that answers faster than a connection opens, bursts of 1,000 requests share
       #   the first 16 connections instead of opening 16 more each (docs/http_client.md,
       #   "Bursts").
-      # @param idle_timeout [Numeric, nil] close connections idle this long (seconds)
+      # @param idle_timeout [Numeric, nil] close connections idle this long (seconds; 4 by
+      #   default, under the 5 s that Node and Apache keep an idle connection, so that a request
+      #   is not written as the server closes it; a server's `Keep-Alive: timeout=N` shortens it
+      #   to N - 1 for its connections)
       # @param max_uses [Integer, nil] requests per connection before it is replaced (old name:
       #   max_requests)
       # @param max_age [Numeric, nil] replace connections this many seconds old

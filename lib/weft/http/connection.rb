@@ -2,6 +2,7 @@
 
 require_relative "../http1/parser"
 require_relative "../stream"
+require_relative "../timers"
 require_relative "errors"
 
 module Weft
@@ -61,7 +62,7 @@ module Weft
       # sent anything unasked for (a response nobody asked for would be taken for the answer to
       # the next request). Peeks without blocking or consuming (Weft::Stream#peek).
       def healthy?
-        reusable? && @stream.peek == :none
+        reusable? && within_idle_hint? && @stream.peek == :none
       end
 
       # Sends a request: head and body.
@@ -151,7 +152,31 @@ module Weft
         @closed
       end
 
+      # How long a connection may sit idle before a request on it races the server's own close,
+      # from the response's `Keep-Alive: timeout=N` (RFC 9112 leaves the field to HTTP/1.0's
+      # usage; Node, Apache and others send it): a second less than the server's N, or half of
+      # it below two seconds, so that a request is not written as the server closes (an
+      # idempotent one would be sent again, a POST would fail). Nil without the hint: the
+      # client's idle_timeout alone decides.
+      # @param headers [Array<Array(String, String)>] the response's fields
+      # @return [Float, nil] seconds
+      def self.idle_limit(headers)
+        headers.each do |name, value|
+          next unless name.casecmp("keep-alive").zero?
+          seconds = value[/(?:\A|[\s,])timeout\s*=\s*"?(\d+)/i, 1] or return nil
+          seconds = Integer(seconds, 10)
+          return seconds >= 2 ? seconds - 1.0 : seconds / 2.0
+        end
+        nil
+      end
+
       private
+
+      # Whether the connection has been idle less than the server's Keep-Alive hint allows
+      # (Connection.idle_limit).
+      def within_idle_hint?
+        @idle_limit.nil? || Timers.now - @idle_since < @idle_limit
+      end
 
       def parse_head
         @parser.parse(@stream.buffer)
@@ -161,6 +186,7 @@ module Weft
 
       def start_body(method, status)
         @keep_alive = @parser.keep_alive?
+        @idle_limit = @keep_alive ? Connection.idle_limit(@parser.headers) : nil
         length = @parser.content_length
         @keep_alive = false if status == 101 # the connection now speaks another protocol
         framing =
@@ -215,6 +241,7 @@ module Weft
       def finish_body
         @framing = nil
         @state = :idle
+        @idle_since = Timers.now if @idle_limit
         look_behind if @keep_alive && !@close_requested
         nil
       end
