@@ -187,11 +187,17 @@ class HTTPClientHardeningTest < Minitest::Test
     head = "HTTP/1.1 200 OK\r\ncontent-length: #{payload.bytesize * 32}\r\n\r\n"
     srv = server(raw: true) do |socket|
       socket.readpartial(65_536)
+      socket.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+      socket.readpartial(65_536)
       socket.write(head)
       32.times { socket.write(payload) }
       sleep 1
     end
     http = client(srv.url)
+    # A first request opens the connection and runs the client's paths once: what they make
+    # the first time (the connection, its pool, YJIT's compiled code on 3.3) is not the read
+    # loop's, and run alone the test counted it (381-385 objects on 3.3 + YJIT).
+    assert_equal "ok", http.get("/").body
     GC.start
     before = GC.stat(:total_allocated_objects)
     body = http.get("/").body
