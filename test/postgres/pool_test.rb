@@ -70,17 +70,16 @@ class PostgresPoolTest < Minitest::Test
     reactor { assert_equal "ok", db.query("select 'ok'").getvalue(0, 0) }
   end
 
-  # Statements that go out together share a sync point, so PostgreSQL runs them as one
-  # transaction: a failing one rolls back the others. Those run again, each committed once.
-  def test_statements_rolled_back_with_a_failing_one_are_committed_exactly_once
-    db = pool(limit: 1) # every statement on one connection, many in each segment
-    table = "weft_segment_rollback_#{Process.pid}"
-    outcomes, ids = reactor do
-      db.query("create table #{table} (id int primary key)")
-      tasks = Array.new(60) do |i|
+  # Creates `table` (`columns`), runs the block with 0...count in a fiber each (many
+  # statements per segment on a one-connection pool), and drops the table.
+  # @return [Array(Array, Array<Integer>)] each fiber's value (the class of the PG::Error it
+  #   raised, if it did) and the table's ids, in order
+  def segment_outcomes(db, table, columns, count)
+    reactor do
+      db.query("create table #{table} (#{columns})")
+      tasks = Array.new(count) do |i|
         Weft.spawn do
-          i % 5 == 2 ? db.query("select 1 / ($1::int - $1::int)", i) : db.query("insert into #{table} values ($1)", i)
-          :ok
+          yield i
         rescue PG::Error => e
           e.class
         end
@@ -88,6 +87,17 @@ class PostgresPoolTest < Minitest::Test
       [Weft.gather(tasks), db.query("select id from #{table} order by id").column_values(0).map(&:to_i)]
     ensure
       db.query("drop table if exists #{table}")
+    end
+  end
+
+  # Statements that go out together share a sync point, so PostgreSQL runs them as one
+  # transaction: a failing one rolls back the others. Those run again, each committed once.
+  def test_statements_rolled_back_with_a_failing_one_are_committed_exactly_once
+    db = pool(limit: 1) # every statement on one connection, many in each segment
+    table = "weft_segment_rollback_#{Process.pid}"
+    outcomes, ids = segment_outcomes(db, table, "id int primary key", 60) do |i|
+      i % 5 == 2 ? db.query("select 1 / ($1::int - $1::int)", i) : db.query("insert into #{table} values ($1)", i)
+      :ok
     end
     assert_equal Array.new(60) { |i| i % 5 == 2 ? PG::DivisionByZero : :ok }, outcomes
     # A primary key: an insert committed twice would have failed its caller instead.
@@ -438,22 +448,13 @@ class PostgresPoolTest < Minitest::Test
     table = "weft_segment_end_#{Process.pid}"
     ends = ["ROLLBACK", "commit", "/* app */ ABORT", "END", "rollback"]
     tags = ["ROLLBACK", "COMMIT", "ROLLBACK", "COMMIT", "ROLLBACK"] # what PostgreSQL answers each
-    outcomes, ids = reactor do
-      db.query("create table #{table} (id int)") # no key: an insert committed twice shows
-      tasks = Array.new(50) do |i|
-        Weft.spawn do
-          case i % 10
-          when 4 then db.query(ends[i / 10]).cmd_status
-          when 8 then db.query("select 1 / ($1::int - $1::int)", i)
-          else db.query("insert into #{table} values ($1)", i) && :ok
-          end
-        rescue PG::Error => e
-          e.class
-        end
+    # No key: an insert committed twice shows.
+    outcomes, ids = segment_outcomes(db, table, "id int", 50) do |i|
+      case i % 10
+      when 4 then db.query(ends[i / 10]).cmd_status
+      when 8 then db.query("select 1 / ($1::int - $1::int)", i)
+      else db.query("insert into #{table} values ($1)", i) && :ok
       end
-      [Weft.gather(tasks), db.query("select id from #{table} order by id").column_values(0).map(&:to_i)]
-    ensure
-      db.query("drop table if exists #{table}")
     end
     expected = Array.new(50) { |i| { 4 => tags[i / 10], 8 => PG::DivisionByZero }.fetch(i % 10, :ok) }
     assert_equal expected, outcomes
