@@ -244,43 +244,37 @@ class ServerClusterTest < Minitest::Test
   # three new clients arrive one by one. Each is answered by the sibling, and none of the idle
   # connections is closed (the full worker's /stats counts none reclaimed).
   def test_a_full_worker_leaves_new_clients_to_a_sibling_with_room
-    Dir.mktmpdir do |dir|
-      port = free_tcp_port
-      File.write(File.join(dir, "weft.rb"), "workers 2\nmax_connections 4\n")
-      request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-      with_weft(File.join(FIXTURES, "pid.ru"), "-C", File.join(dir, "weft.rb"), "-p", port.to_s, "-o", "127.0.0.1",
-                "--stats-path", "/stats", port: port) do
-        light, full = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
-        Process.kill("STOP", light)
-        begin
-          idle = Array.new(4) do
-            connect(port).tap do |socket|
-              socket.write(request)
-              assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
-            end
-          end
-        ensure
-          Process.kill("CONT", light)
-        end
-        sleep Weft::Server::AcceptSpread::RETRY + 0.2 # the full worker trusts its sibling again
-        fresh = Array.new(3) do
+    request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    with_two_workers("pid.ru", "max_connections 4") do |port, (light, full)|
+      Process.kill("STOP", light)
+      begin
+        idle = Array.new(4) do
           connect(port).tap do |socket|
             socket.write(request)
-            assert_equal light.to_s, Timeout.timeout(5) { read_response(socket).body }, "a new client"
+            assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
           end
         end
-        idle.first.write("GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
-        stats = JSON.parse(Timeout.timeout(5) { read_response(idle.first).body })
-        reclaimed = stats["workers"].find { |worker| worker["pid"] == full }.fetch("connections_reclaimed")
-        assert_equal 0, reclaimed, "idle connections the full worker closed to make room"
-        idle.each do |socket|
-          socket.write(request)
-          assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
-        end
       ensure
-        idle&.each(&:close)
-        fresh&.each(&:close)
+        Process.kill("CONT", light)
       end
+      sleep Weft::Server::AcceptSpread::RETRY + 0.2 # the full worker trusts its sibling again
+      fresh = Array.new(3) do
+        connect(port).tap do |socket|
+          socket.write(request)
+          assert_equal light.to_s, Timeout.timeout(5) { read_response(socket).body }, "a new client"
+        end
+      end
+      idle.first.write("GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+      stats = JSON.parse(Timeout.timeout(5) { read_response(idle.first).body })
+      reclaimed = stats["workers"].find { |worker| worker["pid"] == full }.fetch("connections_reclaimed")
+      assert_equal 0, reclaimed, "idle connections the full worker closed to make room"
+      idle.each do |socket|
+        socket.write(request)
+        assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
+      end
+    ensure
+      idle&.each(&:close)
+      fresh&.each(&:close)
     end
   end
 
@@ -292,11 +286,8 @@ class ServerClusterTest < Minitest::Test
   # sibling that took nothing in AcceptSpread::DELAY, for a while.) Once the clients close
   # them, the heavy worker's count goes back to 0 (/stats).
   def test_hijacked_connections_weigh_in_a_workers_load_until_closed
-    port = free_tcp_port
     request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-    with_weft(File.join(FIXTURES, "hijack.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", "--stats-path", "/stats",
-              port: port) do
-      light, heavy = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
+    with_two_workers("hijack.ru") do |port, (light, heavy)|
       Process.kill("STOP", light)
       begin
         held = Array.new(30) do |index|
@@ -366,38 +357,50 @@ class ServerClusterTest < Minitest::Test
   # @return [Array(Integer, Hash, Float)] how often the running worker deferred an accept (its
   #   /stats), the new connections by worker (:stopped, :running), and the seconds it was stopped
   def stopped_worker_scenario(value)
+    request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    with_two_workers("pid.ru", "spread_connections #{value}") do |port, (stopped, running)|
+      held = []
+      Process.kill("STOP", stopped)
+      started = Weft::Timers.now
+      begin
+        30.times do
+          held << (socket = connect(port))
+          socket.write(request)
+          assert_equal running.to_s, Timeout.timeout(5) { read_response(socket).body }
+        end
+      ensure
+        Process.kill("CONT", stopped)
+      end
+      seconds = Weft::Timers.now - started
+      sleep Weft::Server::AcceptSpread::RETRY
+      held.first.write("GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+      stats = JSON.parse(read_response(held.first).body)
+      deferred = stats["workers"].find { |worker| worker["pid"] == running }.fetch("accepts_deferred")
+      fresh = Array.new(30) { connect(port) }
+      fresh.each { |socket| socket.write(request) }
+      pids = fresh.map { |socket| Timeout.timeout(5) { read_response(socket).body.to_i } }
+      counts = { stopped: pids.count(stopped), running: pids.count(running) }
+      [deferred, counts, seconds]
+    ensure
+      held&.each(&:close)
+      fresh&.each(&:close)
+    end
+  end
+
+  # Runs a server of the fixture `app` with two workers and /stats (and `config`, lines of a
+  # config file, if given), and yields its port and the two workers' pids once both answer.
+  def with_two_workers(app, config = nil)
     Dir.mktmpdir do |dir|
       port = free_tcp_port
-      File.write(File.join(dir, "weft.rb"), "workers 2\nspread_connections #{value}\n")
-      request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-      with_weft(File.join(FIXTURES, "pid.ru"), "-C", File.join(dir, "weft.rb"), "-p", port.to_s, "-o", "127.0.0.1",
-                "--stats-path", "/stats", port: port) do
-        stopped, running = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
-        held = []
-        Process.kill("STOP", stopped)
-        started = Weft::Timers.now
-        begin
-          30.times do
-            held << (socket = connect(port))
-            socket.write(request)
-            assert_equal running.to_s, Timeout.timeout(5) { read_response(socket).body }
-          end
-        ensure
-          Process.kill("CONT", stopped)
-        end
-        seconds = Weft::Timers.now - started
-        sleep Weft::Server::AcceptSpread::RETRY
-        held.first.write("GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
-        stats = JSON.parse(read_response(held.first).body)
-        deferred = stats["workers"].find { |worker| worker["pid"] == running }.fetch("accepts_deferred")
-        fresh = Array.new(30) { connect(port) }
-        fresh.each { |socket| socket.write(request) }
-        pids = fresh.map { |socket| Timeout.timeout(5) { read_response(socket).body.to_i } }
-        counts = { stopped: pids.count(stopped), running: pids.count(running) }
-        [deferred, counts, seconds]
-      ensure
-        held&.each(&:close)
-        fresh&.each(&:close)
+      options = ["-p", port.to_s, "-o", "127.0.0.1", "--stats-path", "/stats"]
+      if config
+        File.write(File.join(dir, "weft.rb"), "workers 2\n#{config}\n")
+        options += ["-C", File.join(dir, "weft.rb")]
+      else
+        options += ["-w", "2"]
+      end
+      with_weft(File.join(FIXTURES, app), *options, port: port) do
+        yield port, eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
       end
     end
   end
