@@ -302,7 +302,6 @@ module Weft
       @polls = 0
       @max_lag = 0.0
       @lag = 0.0
-      @busy = 0.0
       @turn_started = nil
       # When the current poll (#select) began, and when the latest poll that has returned and
       # the one before it looked for ready I/O: see #watched? and #readiness_floor.
@@ -369,9 +368,6 @@ module Weft
       looked = @poll_started
       looked += @selector.idle_duration if now - looked > WATCH_SLACK
       @watched = looked
-      # The turn's work (#busy): the fibers run before the poll and those the poll resumed
-      # itself (a socket's reader) after its wait.
-      @busy = @lag + (now - @poll_started - @selector.idle_duration)
       # Only the timers due by its look (see above); the others wait for the next poll.
       @timers.fire(looked + WATCH_SLACK < now ? looked + WATCH_SLACK : now)
     end
@@ -771,9 +767,14 @@ module Weft
     # How long the reactor's latest turn kept the thread busy, in seconds: the fibers it ran
     # before its poll (the lag) and those the poll resumed after its wait (the selector resumes
     # a socket's waiter itself). Work put off to the next turn waits about that long if turns
-    # stay alike (Postgres::Pipeline holds a segment back only while this is short).
+    # stay alike (Postgres::Pipeline holds a segment back only while this is short). Worked out
+    # when asked, from the latest poll's start and end and the selector's wait, which stay as
+    # they are until the next poll: not a cost of every turn.
     # @return [Float]
-    attr_reader :busy
+    def busy
+      return 0.0 unless @turn_started && @poll_started
+      @lag + (@turn_started - @poll_started - @selector.idle_duration)
+    end
 
     # Whether fibers woken so far wait for their turn: the next turn runs them first.
     # @return [Boolean]
