@@ -240,7 +240,9 @@ module Weft
         buffered = !block_given?
         response =
           if @breakers
-            @breakers.call(request.origin) { respond(request, budget, options, buffered) }
+            # The budget's deadline started before the breaker: it bounds the breaker's waits
+            # (a rate limit, a bulkhead) as well as the request's own.
+            @breakers.call(request.origin, deadline: budget.deadline) { respond(request, budget, options, buffered) }
           else
             respond(request, budget, options, buffered)
           end
