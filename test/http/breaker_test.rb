@@ -197,6 +197,33 @@ class HTTPClientBreakerTest < Minitest::Test
     assert_equal [0, 1], breaker.statistics.values_at(:failures, :rejected)
   end
 
+  # Under the caller's Weft.deadline the same wait ends by that deadline, as the client's own
+  # DeadlineExceeded (a Weft::HTTP::Error, naming the wait), like every other wait of a request.
+  def test_a_bulkhead_wait_inside_the_breaker_ends_by_the_callers_deadline_as_the_clients_error
+    go = { released: false }
+    srv = server do |request|
+      if request.path == "/hold"
+        held_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        sleep 0.01 until go[:released] || Process.clock_gettime(Process::CLOCK_MONOTONIC) - held_since > 3
+      end
+      [200, {}, "ok"]
+    end
+    breaker = Weft::CircuitBreaker.new("test #{name}", register: false, bulkhead: Weft::Bulkhead.new(limit: 1, queue: 4))
+    http = client(srv.url, breaker: breaker)
+    Weft.run do
+      holder = Weft.spawn { http.get("/hold").body }
+      sleep 0.01 until srv.requests.size == 1
+      error, seconds = timed { Weft.deadline(0.1) { http.get("/") } }
+      go[:released] = true
+      assert_kind_of Weft::HTTP::DeadlineExceeded, error
+      assert_match(/caller's Weft.deadline.*rate limit or bulkhead/, error.message)
+      assert_operator seconds, :<, 0.1 + 1.0, "the bulkhead held the request past the caller's deadline"
+      assert_equal "ok", holder.wait
+    end
+    assert_equal 1, srv.requests.size
+    assert_equal 0, breaker.statistics[:failures]
+  end
+
   # A rate limiter inside the breaker that would make a request wait past its own `deadline:`
   # refuses it at once (Weft::RateLimited), as it does for the caller's Weft.deadline.
   def test_a_rate_limit_wait_past_the_requests_deadline_is_refused_at_once
