@@ -341,14 +341,20 @@ module Weft
     # @return [Exception, nil] why a guard refused the call
     def enter_guards(deadline)
       refusal =
-        if @rate_limit && !@rate_limit.acquire(timeout: deadline ? deadline.bound(@rate_limit.timeout) : @rate_limit.timeout)
+        if @rate_limit && !@rate_limit.acquire(timeout: guard_wait(@rate_limit.timeout, deadline))
           RateLimited.new("circuit breaker #{@name.inspect}: rate limit of #{@rate_limit.rate}/s reached")
-        elsif @bulkhead &&
-              (outcome = @bulkhead.acquire(timeout: deadline ? deadline.bound(@bulkhead.timeout) : @bulkhead.timeout)) != :acquired
+        elsif @bulkhead && (outcome = @bulkhead.acquire(timeout: guard_wait(@bulkhead.timeout, deadline))) != :acquired
           BulkheadFull.new("circuit breaker #{@name.inspect}: #{@bulkhead.refusal(outcome)}")
         end
       @mutex.synchronize { count_refusal } if refusal
       refusal
+    end
+
+    # @param timeout [Numeric, nil] a guard's own wait (nil: none)
+    # @param deadline [Deadline, nil] the call's (see #call)
+    # @return [Numeric, nil] the wait, cut short by the deadline
+    def guard_wait(timeout, deadline)
+      deadline ? deadline.bound(timeout) : timeout
     end
 
     def refuse(error, fallback)
