@@ -167,6 +167,108 @@ class HTTPClientBreakerTest < Minitest::Test
     assert_raises(Weft::CircuitOpen) { http.get("/") }
   end
 
+  # The request's own `deadline:` starts before the breaker, so it bounds the breaker's guards
+  # too: a bulkhead slot that does not free up in time is refused by the deadline (a
+  # Weft::BulkheadFull, nothing sent), not waited for until the slot frees up and then failed
+  # at once with DeadlineExceeded.
+  def test_a_bulkhead_wait_inside_the_breaker_ends_by_the_requests_deadline
+    go = { released: false }
+    srv = server do |request|
+      if request.path == "/hold"
+        held_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        sleep 0.01 until go[:released] || Process.clock_gettime(Process::CLOCK_MONOTONIC) - held_since > 3
+      end
+      [200, {}, "ok"]
+    end
+    bulkhead = Weft::Bulkhead.new(limit: 1, queue: 4) # no timeout of its own
+    breaker = Weft::CircuitBreaker.new("test #{name}", register: false, bulkhead: bulkhead)
+    http = client(srv.url, breaker: breaker)
+    Weft.run do
+      holder = Weft.spawn { http.get("/hold").body }
+      sleep 0.01 until srv.requests.size == 1 # the holder has the slot and its request is out
+      error, seconds = timed { http.get("/", deadline: 0.1) }
+      go[:released] = true
+      assert_kind_of Weft::BulkheadFull, error
+      assert_operator seconds, :>=, 0.09, "refused before the deadline: the slot could have freed up"
+      assert_operator seconds, :<, 0.1 + 1.0, "the bulkhead held the request past its deadline"
+      assert_equal "ok", holder.wait
+    end
+    assert_equal 1, srv.requests.size
+    assert_equal [0, 1], breaker.statistics.values_at(:failures, :rejected)
+  end
+
+  # Under the caller's Weft.deadline the same wait ends by that deadline, as the client's own
+  # DeadlineExceeded (a Weft::HTTP::Error, naming the wait), like every other wait of a request.
+  def test_a_bulkhead_wait_inside_the_breaker_ends_by_the_callers_deadline_as_the_clients_error
+    go = { released: false }
+    srv = server do |request|
+      if request.path == "/hold"
+        held_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        sleep 0.01 until go[:released] || Process.clock_gettime(Process::CLOCK_MONOTONIC) - held_since > 3
+      end
+      [200, {}, "ok"]
+    end
+    breaker = Weft::CircuitBreaker.new("test #{name}", register: false, bulkhead: Weft::Bulkhead.new(limit: 1, queue: 4))
+    http = client(srv.url, breaker: breaker)
+    Weft.run do
+      holder = Weft.spawn { http.get("/hold").body }
+      sleep 0.01 until srv.requests.size == 1
+      error, seconds = timed { Weft.deadline(0.1) { http.get("/") } }
+      go[:released] = true
+      assert_kind_of Weft::HTTP::DeadlineExceeded, error
+      assert_match(/caller's Weft.deadline.*rate limit or bulkhead/, error.message)
+      assert_operator seconds, :<, 0.1 + 1.0, "the bulkhead held the request past the caller's deadline"
+      assert_equal "ok", holder.wait
+    end
+    assert_equal 1, srv.requests.size
+    assert_equal 0, breaker.statistics[:failures]
+  end
+
+  # A rate limiter inside the breaker that would make a request wait past its own `deadline:`
+  # refuses it at once (Weft::RateLimited), as it does for the caller's Weft.deadline.
+  def test_a_rate_limit_wait_past_the_requests_deadline_is_refused_at_once
+    srv = server { |_request| [200, {}, "ok"] }
+    limiter = Weft::RateLimiter.new(rate: 1, burst: 1, timeout: nil) # waits as long as it takes
+    breaker = Weft::CircuitBreaker.new("test #{name}", register: false, rate_limit: limiter)
+    http = client(srv.url, breaker: breaker)
+    assert_equal "ok", http.get("/").body # the one token
+    error, seconds = timed { http.get("/", deadline: 0.1) }
+    assert_kind_of Weft::RateLimited, error
+    assert_operator seconds, :<, 0.05, "waited for a token due after the request's deadline"
+    assert_equal 1, srv.requests.size
+    assert_in_delta 0.0, limiter.available, 0.1, "the refused request kept a reserved token"
+  end
+
+  # A breaker dropped from the registry (CircuitBreaker.unregister) is dropped by the clients
+  # that used it: their next request goes through the breaker the registry now has, made anew,
+  # and the old one is no longer kept alive by them.
+  def test_an_unregistered_origin_breaker_is_not_used_any_more
+    srv = server { |_request| [503, {}, "down"] }
+    http = client(srv.url, breaker: FAST)
+    3.times { http.get("/") }
+    old = http_breaker(srv)
+    assert_equal 3, old.statistics[:failures]
+    Weft::CircuitBreaker.unregister(old.name)
+    http.get("/")
+    fresh = http_breaker(srv)
+    refute_nil fresh, "the client went on with the unregistered breaker and made none anew"
+    refute_same old, fresh
+    assert_equal [1, 1], fresh.statistics.values_at(:calls, :failures)
+    assert_equal 3, old.statistics[:calls], "a request went through the unregistered breaker"
+  end
+
+  # A breaker registered under an origin's name replaces the one made for it, for every client.
+  def test_a_breaker_registered_under_the_origins_name_replaces_the_one_in_use
+    srv = server { |_request| [200, {}, "ok"] }
+    http = client(srv.url, breaker: FAST)
+    http.get("/")
+    old = http_breaker(srv)
+    mine = Weft::CircuitBreaker.new(old.name, **FAST)
+    http.get("/")
+    assert_same mine, http_breaker(srv)
+    assert_equal [1, 1], [old.statistics[:calls], mine.statistics[:calls]]
+  end
+
   def http_breaker(srv)
     Weft::CircuitBreaker["http #{srv.url.chomp('/')}"]
   end

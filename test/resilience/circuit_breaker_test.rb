@@ -414,6 +414,34 @@ class CircuitBreakerTest < Minitest::Test
     assert_equal 0, bulkhead.active # released on failure too
   end
 
+  # `deadline:` (a deadline of the call's own, not a Weft.deadline: an HTTP request's) bounds the
+  # guards' waits as Weft.remaining does, in a plain thread here (no reactor, no timer), and
+  # nothing else: a call that runs is judged as without it.
+  def test_a_deadline_given_to_call_bounds_the_guards_waits
+    limiter = Weft::RateLimiter.new(rate: 2, burst: 1, timeout: nil) # the next token is 0.5 s away
+    limited = breaker(rate_limit: limiter)
+    assert_equal :ran, limited.call(deadline: Weft::Deadline.after(1)) { :ran }
+    refusal, seconds = timed { limited.call(deadline: Weft::Deadline.after(0.2)) { :ran } }
+    assert_instance_of Weft::RateLimited, refusal
+    assert_operator seconds, :<, 0.1, "slept towards a token due after the deadline"
+    assert_equal :ran, limited.call(deadline: Weft::Deadline.after(1)) { :ran }, "a token within the deadline is waited for"
+
+    bulkhead = Weft::Bulkhead.new(limit: 1, queue: 1) # waits as long as it takes by itself
+    guarded = breaker(bulkhead: bulkhead)
+    holding = Queue.new
+    done = Queue.new
+    holder = Thread.new { guarded.call { holding << true; done.pop } }
+    holding.pop
+    refusal, seconds = timed { guarded.call(deadline: Weft::Deadline.after(0.1)) { :ran } }
+    done << true
+    holder.join
+    assert_instance_of Weft::BulkheadFull, refusal
+    assert_operator seconds, :>=, 0.09
+    assert_operator seconds, :<, 0.1 + 1.0, "waited for a slot past the deadline"
+    assert_equal [2, 1, 0, 1], guarded.statistics.values_at(:calls, :successes, :failures, :rejected)
+    assert_equal 0, bulkhead.active
+  end
+
   def test_shared_between_threads_the_counters_add_up
     b = breaker(window_calls: 50, minimum_calls: 50, failure_rate: 0.3, open_for: 0.01, ramp_for: 0.02,
                 ramp: [0.5], ramp_minimum_calls: 5)

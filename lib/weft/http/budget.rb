@@ -28,7 +28,8 @@ module Weft
       # What the request was doing during each kind of wait, for messages.
       DOING = {
         acquire: "waiting for a free connection", connect: "connecting", write: "sending the request",
-        header: "waiting for the response head", body: "reading the response body", read: "reading"
+        header: "waiting for the response head", body: "reading the response body", read: "reading",
+        guards: "waiting for the circuit breaker's rate limit or bulkhead"
       }.freeze
       # Timeout's asynchronous raises (in a plain thread, Weft.deadline is Timeout.timeout): held
       # back until the request waits, where they end the wait, since between waits they could cut
@@ -155,9 +156,13 @@ module Weft
       # becomes the client's DeadlineExceeded, which says what the request was doing; every other
       # exception passes unchanged.
       # @param defer [Boolean] hold Timeout's asynchronous raises back until the step waits
-      def enforce(defer: false)
-        return Thread.handle_interrupt(DEFERRED) { enforce { yield } } if defer
+      # @param phase [Symbol, nil] what the request does until its first wait of its own (a key
+      #   of DOING): :guards around a circuit breaker, whose rate limit and bulkhead wait before
+      #   the request asks for a connection
+      def enforce(defer: false, phase: nil)
+        return Thread.handle_interrupt(DEFERRED) { enforce(phase: phase) { yield } } if defer
 
+        @doing = phase if phase
         begin
           yield
         rescue Weft::DeadlineExceeded => e

@@ -240,7 +240,12 @@ module Weft
         buffered = !block_given?
         response =
           if @breakers
-            @breakers.call(request.origin) { respond(request, budget, options, buffered) }
+            # The budget's deadline started before the breaker: it bounds the breaker's waits
+            # (a rate limit, a bulkhead) as well as the request's own, and the caller's deadline
+            # passing during them is the client's DeadlineExceeded, as during any other wait.
+            budget.enforce(phase: :guards) do
+              @breakers.call(request.origin, deadline: budget.deadline) { respond(request, budget, options, buffered) }
+            end
           else
             respond(request, budget, options, buffered)
           end

@@ -70,8 +70,16 @@ module Weft
 
     @registry = {}
     @registry_lock = Thread::Mutex.new
+    # Bumped whenever a breaker leaves the registry (unregistered, or replaced by a newer one of
+    # the same name), so that those who cache what CircuitBreaker.for returned (OriginBreakers)
+    # can tell, with one read, that their copy may be stale.
+    @registry_version = 0
 
     class << self
+      # @api private
+      # @return [Integer] changes each time a breaker leaves the registry (see @registry_version)
+      attr_reader :registry_version
+
       # @return [CircuitBreaker, nil] the breaker registered under `name`
       def [](name)
         @registry_lock.synchronize { @registry[name.to_s] }
@@ -100,16 +108,25 @@ module Weft
 
       # Removes the breaker registered under `name` (a dependency no longer called: the registry
       # keeps breakers for the life of the process otherwise). The next CircuitBreaker.for(name)
-      # makes a fresh one; whoever holds the removed one may go on using it.
+      # makes a fresh one, and so do the HTTP client's and the Faraday middleware's per-origin
+      # breakers at their next call (OriginBreakers); whoever else holds the removed one may go
+      # on using it.
       # @return [CircuitBreaker, nil] the breaker removed
       def unregister(name)
-        @registry_lock.synchronize { @registry.delete(name.to_s) }
+        @registry_lock.synchronize do
+          removed = @registry.delete(name.to_s)
+          @registry_version += 1 if removed
+          removed
+        end
       end
 
       # Adds a breaker to the registry; a newer breaker under the same name replaces the older.
       # @api private
       def register(breaker)
-        @registry_lock.synchronize { @registry[breaker.name] = breaker }
+        @registry_lock.synchronize do
+          @registry_version += 1 if @registry.key?(breaker.name)
+          @registry[breaker.name] = breaker
+        end
       end
     end
 
@@ -189,9 +206,13 @@ module Weft
     #   value is returned instead. Whatever it raises propagates.
     # @param failed_if [#call, nil] given the block's value: true counts the call as a failure,
     #   though the value is still returned (an HTTP response with a 5xx status, say)
+    # @param deadline [Deadline, nil] a deadline of the call's own that is not the caller's
+    #   Weft.deadline (an HTTP request's `deadline:`, which started before the breaker): the
+    #   rate limit's and the bulkhead's waits end by it too, as they do by Weft.remaining. It
+    #   bounds only those waits: the call is judged as without it (see #verdict).
     # @return the block's value, or the fallback's
     # @raise [Weft::Rejected] when refused without a fallback
-    def call(fallback: nil, failed_if: nil)
+    def call(fallback: nil, failed_if: nil, deadline: nil)
       probing = false
       if @state.equal?(:closed)
         generation = @generation
@@ -202,7 +223,7 @@ module Weft
       end
       held = false
       if @rate_limit || @bulkhead
-        refusal = enter_guards
+        refusal = enter_guards(deadline)
         return refuse(refusal, fallback) if refusal
         held = !@bulkhead.nil?
       end
@@ -312,18 +333,28 @@ module Weft
       admission
     end
 
-    # Takes a token and a bulkhead slot. A token taken before the bulkhead refuses stays spent:
-    # the limiter bounds attempts, not successes.
+    # Takes a token and a bulkhead slot, each waiting no longer than its own timeout, the
+    # caller's Weft.deadline (the guards see that one themselves) and the call's `deadline`. A
+    # token taken before the bulkhead refuses stays spent: the limiter bounds attempts, not
+    # successes.
+    # @param deadline [Deadline, nil] see #call
     # @return [Exception, nil] why a guard refused the call
-    def enter_guards
+    def enter_guards(deadline)
       refusal =
-        if @rate_limit && !@rate_limit.acquire
+        if @rate_limit && !@rate_limit.acquire(timeout: guard_wait(@rate_limit.timeout, deadline))
           RateLimited.new("circuit breaker #{@name.inspect}: rate limit of #{@rate_limit.rate}/s reached")
-        elsif @bulkhead && (outcome = @bulkhead.acquire) != :acquired
+        elsif @bulkhead && (outcome = @bulkhead.acquire(timeout: guard_wait(@bulkhead.timeout, deadline))) != :acquired
           BulkheadFull.new("circuit breaker #{@name.inspect}: #{@bulkhead.refusal(outcome)}")
         end
       @mutex.synchronize { count_refusal } if refusal
       refusal
+    end
+
+    # @param timeout [Numeric, nil] a guard's own wait (nil: none)
+    # @param deadline [Deadline, nil] the call's (see #call)
+    # @return [Numeric, nil] the wait, cut short by the deadline
+    def guard_wait(timeout, deadline)
+      deadline ? deadline.bound(timeout) : timeout
     end
 
     def refuse(error, fallback)
