@@ -217,6 +217,44 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
                                                      dbname: DATABASE).map { |row| row["indexname"] }
   end
 
+  # COPY's data travels on the connection after the statement's answer, as with `adapter:
+  # postgresql`: `execute("COPY ... FROM STDIN")`, then the rows through raw_connection (and
+  # COPY ... TO STDOUT read back the same way). A COPY left open when the ActiveRecord
+  # connection goes back costs that PostgreSQL connection (the server waits for data), and
+  # nothing else: the pool's one connection serves the next statement at once.
+  def test_copy_keeps_its_connection_for_the_data_and_one_left_open_costs_only_that_connection
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 2))
+    copied = Weft.run do
+      ActiveRecord::Base.connection_pool.with_connection do |conn|
+        conn.execute("COPY weft_entries (fiber, tag) FROM STDIN")
+        raw = conn.raw_connection
+        raw.put_copy_data("1\tcopied\n2\tcopied\n")
+        raw.put_copy_end
+        raw.get_last_result
+        conn.execute("COPY (SELECT fiber FROM weft_entries ORDER BY fiber) TO STDOUT")
+        raw = conn.raw_connection
+        rows = []
+        while (row = raw.get_copy_data)
+          rows << row
+        end
+        raw.get_last_result
+        rows
+      end
+    end
+    assert_equal ["1\n", "2\n"], copied
+    outcome = Weft.run do
+      Weft.timeout(10) do
+        ActiveRecord::Base.connection_pool.with_connection { |conn| conn.execute("COPY weft_entries (tag) FROM STDIN") }
+        started = Weft::Timers.now
+        count = ActiveRecord::Base.connection_pool.with_connection { Entry.count }
+        [count, Weft::Timers.now - started]
+      end
+    end
+    assert_equal 2, outcome[0]
+    assert_operator outcome[1], :<, 1.5, "the next statement waited for the connection the open COPY held"
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
   # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool
