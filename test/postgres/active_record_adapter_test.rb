@@ -255,6 +255,41 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 0, shared_pool.statistics[:pinned]
   end
 
+  # ActiveRecord's ConnectionPool#disconnect! (also remove_connection, establish_connection
+  # again) takes back adapters still checked out after checkout_timeout and disconnects them. A
+  # fiber whose statement was running on its transaction's connection then must fail, as on a
+  # PG::Connection closed under it: its statement answered nil instead, and its transaction
+  # block ended as if committed, its rows gone (rolled back as the connection went back to the
+  # pool, whose reads raced the fiber's own on the socket). Nor may it read another fiber's
+  # results from the connection, which serves others next.
+  def test_a_statement_running_when_disconnect_takes_its_adapter_fails
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 0.5))
+    outcome, others = Weft.run do
+      Weft.timeout(20) do
+        owner = Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection do |conn|
+            Entry.transaction do
+              Entry.create!(fiber: 1, tag: "taken")
+              conn.select_value("SELECT 'owner ' || pg_sleep(2)::text")
+            end
+          end
+        rescue ActiveRecord::ActiveRecordError => e
+          e
+        end
+        sleep 0.1
+        Weft.spawn { ActiveRecord::Base.connection_pool.disconnect! }.wait
+        other = Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection { |conn| Array.new(20) { |i| conn.select_value("SELECT 'other #{i}'") } }
+        end
+        [owner.wait, other.wait]
+      end
+    end
+    assert_kind_of ActiveRecord::ActiveRecordError, outcome, "the statement answered #{outcome.inspect}"
+    assert_equal Array.new(20) { |i| "other #{i}" }, others
+    assert_equal 0, Entry.count
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
   # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool

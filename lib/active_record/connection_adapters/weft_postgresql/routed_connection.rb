@@ -43,6 +43,8 @@ module ActiveRecord
           @database = database
           @lease = nil
           @session_state = false
+          @running = nil # the fiber (or thread) whose statement runs on the lease, while one does
+          @abandoned = nil # the lease #release left to that fiber to give back
           @closed = false
           @type_map_for_queries = nil
           @type_map_for_results = nil
@@ -88,10 +90,25 @@ module ActiveRecord
         # Gives back the connection held, if any: rolled back if a transaction is open, and its
         # session cleared and set up again if this adapter changed it.
         # @return [void]
+        #
+        # Called from another fiber while a statement runs on the held connection (ActiveRecord's
+        # ConnectionPool#disconnect! takes back adapters still checked out after
+        # checkout_timeout), the statement is cancelled and the connection left to the fiber
+        # waiting for its answer, which gives it back and fails (see #on_lease): giving it back
+        # here, the pool would read the cancelled statement's answer while that fiber waits on
+        # the same socket, so that the fiber read nothing (its statement answered nil, and its
+        # transaction went on as if it had run) or, once the connection served someone else,
+        # their result.
+        # @return [void]
         def release
           return unless (lease = @lease)
-          reset_session = @session_state
           @lease = nil
+          if @running && !@running.equal?(Fiber.current)
+            @abandoned = lease
+            cancel_running(lease)
+            return
+          end
+          reset_session = @session_state
           @session_state = false
           lease.release(reset_session: reset_session)
         end
@@ -182,14 +199,35 @@ module ActiveRecord
         # cancels it as it rolls back). A statement interrupted outside a transaction lets the
         # connection go; the pool cancels it in the background. The lease's statements answer
         # without a reactor turn while connections are short (Weft::Postgres::Lease#exec_params).
+        #
+        # Should the adapter be taken back by another fiber meanwhile (#release), the statement
+        # fails with PG::ConnectionBad (unless its cancellation failed it already), as on a
+        # PG::Connection closed under it, and the connection goes back with its session cleared.
         def on_lease(sql)
           raise PG::ConnectionBad, "connection is closed" if @closed
           held_before = !@lease.nil?
-          @lease ||= @database.pool.lease
+          lease = (@lease ||= @database.pool.lease)
           @session_state ||= StatementScope.session_state?(sql)
-          traced(sql) { yield @lease }
+          @running = Fiber.current
+          result = traced(sql) { yield lease }
+          raise PG::ConnectionBad, "the connection was taken back while the statement ran" if @abandoned.equal?(lease)
+          result
         ensure
-          release_unless_needed(held_before) if @lease
+          @running = nil
+          if lease && @abandoned.equal?(lease)
+            @abandoned = nil
+            @session_state = false
+            lease.release(reset_session: true)
+          elsif @lease
+            release_unless_needed(held_before)
+          end
+        end
+
+        # Asks the server to cancel what runs on a lease another fiber waits on.
+        def cancel_running(lease)
+          lease.raw.cancel
+        rescue PG::Error, IOError, SystemCallError
+          nil # the waiting fiber's statement then ends by itself
         end
 
         # Marks a statement on the held connection on Weft::Postgres::Trace's timeline.
