@@ -369,6 +369,25 @@ class PostgresSequelAdapterTest < Minitest::Test
     assert_operator db.weft_pool.statistics[:pipelined], :>, 0, "the statements around were not pipelined"
   end
 
+  # Sequel apps commonly load connection_validator (often with a timeout of -1: check every
+  # connection before use). The Weft pool checks connections before use and replaces broken ones
+  # itself, so the extension loads and its settings are accepted; it raised NoMethodError
+  # (`sync`, which Sequel's threaded pools have). What it promises holds: after PostgreSQL
+  # ended every connection, statements and transactions go on.
+  def test_connection_validator_loads_and_broken_connections_are_replaced
+    db = sequel(limit: 2, application_name: "sq-validator")
+    db.extension(:connection_validator)
+    db.pool.connection_validation_timeout = -1
+    assert_equal [1, 1], reactor { Weft.gather(Array.new(2) { Weft.spawn { db.get(Sequel.function(:pg_sleep, 0.05)) && 1 } }) }
+    PG.connect(postgres.conninfo) do |monitor|
+      monitor.exec("select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'sq-validator'")
+    end
+    sleep 0.1
+    after = reactor { Weft.gather(Array.new(4) { |i| Weft.spawn { i.even? ? db.get(2) : db.transaction { db.get(3) } } }) }
+    assert_equal [2, 3, 2, 3], after
+    assert_raises(Sequel::Error) { db.extension(:connection_expiration) } # the Weft pool's max_age does its work
+  end
+
   def test_disconnect_closes_idle_connections_and_the_database_goes_on
     db = sequel(limit: 3)
     reactor { Weft.gather(Array.new(6) { Weft.spawn { db.get(Sequel.function(:pg_sleep, 0.05)) } }) }
