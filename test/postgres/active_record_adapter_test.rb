@@ -290,6 +290,35 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 0, shared_pool.statistics[:pinned]
   end
 
+  # No PostgreSQL connection free within checkout_timeout raises ConnectionTimeoutError after
+  # checkout_timeout, as ActiveRecord's own pool does. ActiveRecord took it (a
+  # ConnectionNotEstablished) for a dropped connection: it reconnected, which waited for a
+  # connection again for its own queries, and ran the statement again, so that the caller
+  # waited three to four times as long and the saturated pool got more to do.
+  def test_no_connection_within_checkout_timeout_raises_after_it_once
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 1))
+    ActiveRecord::Base.connection_pool.with_connection { Entry.count } # the adapter set up, its type map built
+    error, waited = Weft.run do
+      Weft.timeout(20) do
+        holder = Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection { Entry.transaction { Entry.create!(fiber: 1, tag: "x") && sleep(4) } }
+        end
+        sleep 0.1
+        started = Weft::Timers.now
+        error = begin
+          ActiveRecord::Base.connection_pool.with_connection { Entry.count }
+        rescue ActiveRecord::ConnectionTimeoutError => e
+          e
+        end
+        waited = Weft::Timers.now - started
+        holder.wait
+        [error, waited]
+      end
+    end
+    assert_kind_of ActiveRecord::ConnectionTimeoutError, error
+    assert_operator waited, :<, 1.8, "waited #{waited.round(2)}s for a checkout_timeout of 1 s"
+  end
+
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
   # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool

@@ -174,6 +174,17 @@ module ActiveRecord
                                    "(Rails: config.active_support.isolation_level = :fiber)"
       end
 
+      # ActiveRecord reconnects and runs a statement again after a ConnectionNotEstablished,
+      # which ConnectionTimeoutError is; here that error means no PostgreSQL connection of the
+      # shared pool was free within checkout_timeout, not that this adapter's connection
+      # dropped. Reconnecting would wait for one again (the adapter's set-up queries), and so
+      # would the statement run again: the caller waited three to four times checkout_timeout,
+      # adding work to a pool already short of connections. ActiveRecord's own pool raises it
+      # once, after checkout_timeout.
+      def retryable_connection_error?(exception)
+        !exception.is_a?(ConnectionTimeoutError) && super
+      end
+
       # Weft's own failures, as ActiveRecord's: no connection in time, the server unreachable
       # (a database that does not exist, as NoDatabaseError, which db:create relies on). A
       # passed Weft.deadline goes on as it is.
