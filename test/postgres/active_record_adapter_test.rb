@@ -319,6 +319,64 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_operator waited, :<, 1.8, "waited #{waited.round(2)}s for a checkout_timeout of 1 s"
   end
 
+  # A transaction interrupted in a statement or in its COMMIT (a deferred constraint trigger
+  # makes COMMIT slow) by Weft.deadline, Weft.timeout or a cancelled task: the caller gets the
+  # error (none for the cancelled task, which ends), nothing of it is committed, and the one
+  # PostgreSQL connection goes back out of the transaction: the next statements, through the
+  # same adapter or another fiber's, commit on their own (seen from another connection).
+  def test_a_transaction_interrupted_in_a_statement_or_in_commit_leaves_nothing_behind
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1))
+    ActiveRecord::Base.connection_pool.with_connection do |conn|
+      conn.execute(<<~SQL)
+        CREATE FUNCTION weft_slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$;
+        CREATE CONSTRAINT TRIGGER weft_slow_commit AFTER INSERT ON weft_entries DEFERRABLE INITIALLY DEFERRED
+          FOR EACH ROW WHEN (NEW.tag = 'slow commit') EXECUTE FUNCTION weft_slow_commit();
+      SQL
+    end
+    interruptions = {
+      deadline: ->(work) { Weft.deadline(0.3) { work.call } },
+      timeout: ->(work) { Weft.timeout(0.3) { work.call } },
+      cancel: lambda do |work|
+        task = Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { work.call } }
+        sleep 0.3
+        task.cancel
+        task.wait
+        :cancelled
+      end,
+    }
+    works = {
+      "in a statement" => -> { Entry.transaction { Entry.create!(fiber: 1, tag: "doomed") && Entry.connection_pool.with_connection { |conn| conn.select_value("SELECT pg_sleep(3)") } } },
+      "in COMMIT" => -> { Entry.transaction { Entry.create!(fiber: 1, tag: "slow commit") } },
+    }
+    seen = Weft.run do
+      Weft.timeout(60) do
+        interruptions.flat_map do |how, interrupt|
+          works.map do |where, work|
+            ActiveRecord::Base.connection_pool.with_connection do |conn|
+              outcome = begin
+                interrupt.call(work)
+              rescue Weft::TimeoutError => e
+                e.class
+              end
+              Entry.create!(fiber: 2, tag: "#{how} #{where}: after, same adapter")
+              Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { Entry.create!(fiber: 3, tag: "#{how} #{where}: other fiber") } }.wait
+              [how, where, outcome, conn.transaction_open?]
+            end
+          end
+        end
+      end
+    end
+    expected = interruptions.keys.product(works.keys).map do |how, where|
+      [how, where, { deadline: Weft::DeadlineExceeded, timeout: Weft::TimeoutError, cancel: :cancelled }[how], false]
+    end
+    assert_equal expected, seen
+    tags = postgres.psql("SELECT tag FROM weft_entries ORDER BY id", dbname: DATABASE).map { |row| row["tag"] }
+    assert_equal interruptions.keys.product(works.keys).flat_map { |how, where| ["#{how} #{where}: after, same adapter", "#{how} #{where}: other fiber"] }, tags
+    deadline = Weft::Timers.now + 5
+    sleep 0.05 until shared_pool.statistics[:pinned].zero? || Weft::Timers.now > deadline
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
   # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool
