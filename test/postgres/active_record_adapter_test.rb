@@ -377,6 +377,39 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 0, shared_pool.statistics[:pinned]
   end
 
+  # Weft runs the next task in a finished task's fiber, and ActiveRecord keeps an adapter with
+  # the fiber that leased it until it is given back (Rails 7.1: any model query; 7.2 and 8.1:
+  # lease_connection, the deprecated connection). The next task there gets the adapter, but not
+  # the earlier task's session or transaction: those reached it (its statement_timeout, its
+  # open transaction, which the next task's inserts joined).
+  def test_the_next_task_in_a_reused_fiber_does_not_get_the_earlier_tasks_session_or_transaction
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 1)) # teardown waits for the kept adapter
+    lease = ActiveRecord::Base.respond_to?(:lease_connection) ? :lease_connection : :connection
+    first_fiber, later = Weft.run do
+      first = Weft.spawn do
+        conn = ActiveRecord::Base.public_send(lease)
+        conn.execute("SET statement_timeout = 4326")
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO weft_entries (fiber, tag) VALUES (1, 'left in a transaction')")
+        Fiber.current
+      end.wait
+      seen = Array.new(3) do |i|
+        Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection do |conn|
+            Entry.create!(fiber: 2, tag: "later #{i}")
+            [Fiber.current, conn.select_value("SHOW statement_timeout"), conn.transaction_open?]
+          end
+        end.wait
+      end
+      [first, seen]
+    end
+    assert(later.any? { |fiber, _| fiber.equal?(first_fiber) }, "no later task ran in the first one's fiber")
+    assert_equal Array.new(3) { ["0", false] }, later.map { |_, timeout, open| [timeout, open] }
+    tags = postgres.psql("SELECT tag FROM weft_entries ORDER BY id", dbname: DATABASE).map { |row| row["tag"] }
+    assert_equal ["later 0", "later 1", "later 2"], tags
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
   # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool

@@ -45,6 +45,8 @@ module ActiveRecord
           @session_state = false
           @running = nil # the fiber (or thread) whose statement runs on the lease, while one does
           @abandoned = nil # the lease #release left to that fiber to give back
+          @lease_fiber = nil # the fiber and Weft task that took the lease
+          @lease_task = nil
           @closed = false
           @type_map_for_queries = nil
           @type_map_for_results = nil
@@ -55,6 +57,7 @@ module ActiveRecord
         # @return [PG::Result]
         def exec_params(sql, params = [])
           params = encode(params)
+          drop_earlier_tasks_lease if @lease
           if @lease || StatementScope.transaction_statement?(sql) || StatementScope.session_state?(sql)
             typed(on_lease(sql) { |lease| lease.exec_params(sql, params) })
           else
@@ -69,6 +72,7 @@ module ActiveRecord
         # simple protocol on a leased connection.
         # @return [PG::Result] the last statement's result
         def async_exec(sql)
+          drop_earlier_tasks_lease if @lease
           if @lease || !StatementScope.single_data_statement?(sql) || StatementScope.session_state?(sql)
             typed(on_lease(sql) { |lease| lease.async_exec(sql) })
           else
@@ -82,7 +86,8 @@ module ActiveRecord
         # for callers that want the PG::Connection itself (the adapter's #raw_connection).
         # @return [PG::Connection]
         def pin_session
-          @lease ||= @database.pool.lease
+          drop_earlier_tasks_lease if @lease
+          take_lease unless @lease
           @session_state = true
           @lease.raw
         end
@@ -206,7 +211,7 @@ module ActiveRecord
         def on_lease(sql)
           raise PG::ConnectionBad, "connection is closed" if @closed
           held_before = !@lease.nil?
-          lease = (@lease ||= @database.pool.lease)
+          lease = @lease || take_lease
           @session_state ||= StatementScope.session_state?(sql)
           @running = Fiber.current
           result = traced(sql) { yield lease }
@@ -221,6 +226,33 @@ module ActiveRecord
           elsif @lease
             release_unless_needed(held_before)
           end
+        end
+
+        # Leases a connection for this adapter, noting the fiber and Weft task it is taken in.
+        # @return [Weft::Postgres::Lease]
+        def take_lease
+          lease = @database.pool.lease
+          @lease_fiber = Fiber.current
+          @lease_task = Weft::Task.current
+          @lease = lease
+        end
+
+        # Weft runs task after task in one fiber, and ActiveRecord keeps an adapter with the
+        # fiber that checked it out until it is given back (Rails 7.1 for any query through a
+        # model; 7.2 and 8.1 for lease_connection and the deprecated connection): a task that
+        # ends without giving it back leaves it to the next task in its fiber. What the adapter
+        # holds is the earlier task's, though: a session it changed (SET, raw_connection), a
+        # transaction it began with execute("BEGIN"). That connection is rolled back, its session
+        # cleared, and given back before the next task's first statement, as a fiber's own
+        # state is (Weft's scheduler clears fiber-locals between tasks). A lease used from
+        # another fiber (an adapter shared on purpose, such as the one transactional tests pin)
+        # is left alone.
+        def drop_earlier_tasks_lease
+          return unless Fiber.current.equal?(@lease_fiber) && !Weft::Task.current.equal?(@lease_task)
+          lease = @lease
+          @lease = nil
+          @session_state = false
+          lease.release(reset_session: true)
         end
 
         # Asks the server to cancel what runs on a lease another fiber waits on.
