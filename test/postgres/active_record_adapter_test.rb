@@ -410,6 +410,28 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 0, shared_pool.statistics[:pinned]
   end
 
+  # Rails' database tasks drop a database after using it in the same process (db:drop checks
+  # ar_internal_metadata first, db:reset, db:test:prepare's purge): they disconnect
+  # ActiveRecord's pool, then send DROP DATABASE, which PostgreSQL refuses while any connection
+  # to the database is open. The shared pool's idle connections stayed open ("database is being
+  # accessed by other users"); disconnecting a pool of the adapter now closes them.
+  def test_database_tasks_drop_and_purge_a_database_this_process_used
+    require "active_record/tasks/database_tasks"
+    db_config = ActiveRecord::DatabaseConfigurations::HashConfig.new("test", "primary", config.merge(database: "weft_ar_dropped"))
+    capture_io do
+      2.times do |round|
+        ActiveRecord::Tasks::DatabaseTasks.create(db_config)
+        ActiveRecord::Base.establish_connection(db_config)
+        ActiveRecord::Base.connection_pool.with_connection { |conn| conn.create_table(:weft_gone) }
+        # purge drops and creates the database again; drop leaves it gone
+        round.zero? ? ActiveRecord::Tasks::DatabaseTasks.purge(db_config) : ActiveRecord::Tasks::DatabaseTasks.drop(db_config)
+      end
+    end
+    assert_empty postgres.psql("SELECT datname FROM pg_database WHERE datname = 'weft_ar_dropped'")
+  ensure
+    ActiveRecord::Base.establish_connection(config)
+  end
+
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
   # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool

@@ -9,6 +9,7 @@ require_relative "weft_postgresql/shared_database"
 require_relative "weft_postgresql/routed_connection"
 require_relative "weft_postgresql/lease_limit"
 require_relative "weft_postgresql/type_lookup"
+require_relative "weft_postgresql/pool_disconnect"
 
 module ActiveRecord
   module ConnectionAdapters
@@ -57,6 +58,11 @@ module ActiveRecord
                                "statements here share connections): remove prepared_statements: true"
         end
       end
+
+      # @api private
+      # @return [WeftPostgreSQL::SharedDatabase, nil] the shared database this adapter's
+      #   statements go to, once it has connected
+      attr_reader :shared_database
 
       # No round trip: the shared pool checks its connections before each use and replaces
       # broken ones, so an adapter is alive while its routed connection is open and the
