@@ -94,7 +94,6 @@ module ActiveRecord
 
         # Gives back the connection held, if any: rolled back if a transaction is open, and its
         # session cleared and set up again if this adapter changed it.
-        # @return [void]
         #
         # Called from another fiber while a statement runs on the held connection (ActiveRecord's
         # ConnectionPool#disconnect! takes back adapters still checked out after
