@@ -107,7 +107,7 @@ module ActiveRecord
         def release
           return unless (lease = @lease)
           @lease = nil
-          if @running && !@running.equal?(Fiber.current)
+          if @running && !@running.equal?(Fiber.current) && @running.alive? # a dead fiber reads nothing
             @abandoned = lease
             cancel_running(lease)
             return
