@@ -290,6 +290,48 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 0, shared_pool.statistics[:pinned]
   end
 
+  # disconnect! while 20 fibers run transactions on 3 connections, three times: each statement
+  # answers its own value or fails, and no connection stays out of the pool. A fiber still
+  # waiting for a connection (its transaction's BEGIN) when disconnect! closed its adapter got
+  # it afterwards on the closed routed connection, which ActiveRecord had dropped: its
+  # transaction stayed open there for good (all 3 connections in 2 runs of 3, every later
+  # statement then timing out).
+  def test_disconnect_under_load_answers_each_statement_its_own_and_leaks_no_connection
+    ActiveRecord::Base.establish_connection(config.merge(pool: 3, checkout_timeout: 0.3))
+    pool = shared_pool # the one this configuration shares, before disconnect! takes its adapters
+    outcomes = Weft.run do
+      Weft.timeout(60) do
+        workers = Array.new(20) do |fiber|
+          Weft.spawn do
+            ActiveRecord::Base.connection_pool.with_connection do |conn|
+              Array.new(5) do |round|
+                answer = Entry.transaction do
+                  Entry.create!(fiber: fiber, tag: "round #{round}")
+                  conn.select_value("SELECT '#{fiber}/#{round}' || pg_sleep(#{(fiber % 4) * 0.05})::text")
+                end
+                answer == "#{fiber}/#{round}" ? :own : answer
+              rescue StandardError => e # ActiveRecord's own races when it takes adapters in use (NoMethodError on nil)
+                e.class
+              end
+            end
+          end
+        end
+        3.times do
+          sleep 0.4
+          Weft.spawn { ActiveRecord::Base.connection_pool.disconnect! }
+        end
+        Weft.gather(workers).flatten
+      end
+    end
+    strays = outcomes.reject { |outcome| outcome == :own || (outcome.is_a?(Class) && outcome <= StandardError) }
+    assert_empty strays, "statements answered another's value or nothing"
+    assert_includes outcomes, :own
+    deadline = Weft::Timers.now + 5
+    sleep 0.05 until pool.statistics[:pinned].zero? || Weft::Timers.now > deadline
+    assert_equal 0, pool.statistics[:pinned], "connections stayed out of the pool"
+    assert_kind_of Integer, Weft.run { ActiveRecord::Base.connection_pool.with_connection { Entry.count } }
+  end
+
   # No PostgreSQL connection free within checkout_timeout raises ConnectionTimeoutError after
   # checkout_timeout, as ActiveRecord's own pool does. ActiveRecord took it (a
   # ConnectionNotEstablished) for a dropped connection: it reconnected, which waited for a

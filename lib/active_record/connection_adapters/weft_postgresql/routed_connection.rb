@@ -86,8 +86,13 @@ module ActiveRecord
         # for callers that want the PG::Connection itself (the adapter's #raw_connection).
         # @return [PG::Connection]
         def pin_session
+          raise PG::ConnectionBad, "connection is closed" if @closed
           drop_earlier_tasks_lease if @lease
           take_lease unless @lease
+          if @closed # by another fiber while this one waited for the connection (see #on_lease)
+            release
+            raise PG::ConnectionBad, "connection is closed"
+          end
           @session_state = true
           @lease.raw
         end
@@ -211,6 +216,9 @@ module ActiveRecord
           raise PG::ConnectionBad, "connection is closed" if @closed
           held_before = !@lease.nil?
           lease = @lease || take_lease
+          # Closed by another fiber while this one waited for the connection (ActiveRecord's
+          # disconnect! takes adapters still in use): nobody would give the connection back.
+          raise PG::ConnectionBad, "connection is closed" if @closed
           @session_state ||= StatementScope.session_state?(sql)
           @running = Fiber.current
           result = traced(sql) { yield lease }
