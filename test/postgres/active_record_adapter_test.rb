@@ -343,7 +343,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     error, waited = Weft.run do
       Weft.timeout(20) do
         holder = Weft.spawn do
-          ActiveRecord::Base.connection_pool.with_connection { Entry.transaction { Entry.create!(fiber: 1, tag: "x") && sleep(4) } }
+          ActiveRecord::Base.connection_pool.with_connection { Entry.transaction { Entry.create!(fiber: 1, tag: "x") && sleep(2.5) } }
         end
         sleep 0.1
         started = Weft::Timers.now
