@@ -474,6 +474,26 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     ActiveRecord::Base.establish_connection(config)
   end
 
+  # PostgreSQL ends every connection of the app (a restart, pg_terminate_backend): the next
+  # statements and transactions, through adapters that used the old connections, go on.
+  def test_statements_and_transactions_go_on_after_postgresql_ended_the_connections
+    ActiveRecord::Base.establish_connection(config.merge(pool: 2))
+    counts = Weft.run do
+      Weft.timeout(20) do
+        ActiveRecord::Base.connection_pool.with_connection do |conn|
+          Weft.gather(Array.new(4) { Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { |c| c.select_value("SELECT pg_sleep(0.05)") } } })
+          ended = postgres.psql("SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity WHERE application_name = '#{APPLICATION}'")
+          assert_operator Integer(ended.first["n"]), :>=, 1
+          sleep 0.1
+          others = Array.new(4) { |i| Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { i.even? ? Entry.count : Entry.transaction { Entry.create!(fiber: i, tag: "after") && Entry.count } } } }
+          [Entry.count, *Weft.gather(others)]
+        end
+      end
+    end
+    assert_equal 5, counts.size
+    assert_equal 2, Entry.where(tag: "after").count
+  end
+
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
   # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool
