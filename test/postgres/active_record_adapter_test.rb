@@ -217,6 +217,283 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
                                                      dbname: DATABASE).map { |row| row["indexname"] }
   end
 
+  # COPY's data travels on the connection after the statement's answer, as with `adapter:
+  # postgresql`: `execute("COPY ... FROM STDIN")`, then the rows through raw_connection (and
+  # COPY ... TO STDOUT read back the same way). A COPY left open when the ActiveRecord
+  # connection goes back costs that PostgreSQL connection (the server waits for data), and
+  # nothing else: the pool's one connection serves the next statement at once.
+  def test_copy_keeps_its_connection_for_the_data_and_one_left_open_costs_only_that_connection
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 2))
+    copied = Weft.run do
+      ActiveRecord::Base.connection_pool.with_connection do |conn|
+        conn.execute("COPY weft_entries (fiber, tag) FROM STDIN")
+        raw = conn.raw_connection
+        raw.put_copy_data("1\tcopied\n2\tcopied\n")
+        raw.put_copy_end
+        raw.get_last_result
+        conn.execute("COPY (SELECT fiber FROM weft_entries ORDER BY fiber) TO STDOUT")
+        raw = conn.raw_connection
+        rows = []
+        while (row = raw.get_copy_data)
+          rows << row
+        end
+        raw.get_last_result
+        rows
+      end
+    end
+    assert_equal ["1\n", "2\n"], copied
+    outcome = Weft.run do
+      Weft.timeout(10) do
+        ActiveRecord::Base.connection_pool.with_connection { |conn| conn.execute("COPY weft_entries (tag) FROM STDIN") }
+        started = Weft::Timers.now
+        count = ActiveRecord::Base.connection_pool.with_connection { Entry.count }
+        [count, Weft::Timers.now - started]
+      end
+    end
+    assert_equal 2, outcome[0]
+    assert_operator outcome[1], :<, 1.5, "the next statement waited for the connection the open COPY held"
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
+  # ActiveRecord's ConnectionPool#disconnect! (also remove_connection, establish_connection
+  # again) takes back adapters still checked out after checkout_timeout and disconnects them. A
+  # fiber whose statement was running on its transaction's connection then must fail, as on a
+  # PG::Connection closed under it: its statement answered nil instead, and its transaction
+  # block ended as if committed, its rows gone (rolled back as the connection went back to the
+  # pool, whose reads raced the fiber's own on the socket). Nor may it read another fiber's
+  # results from the connection, which serves others next.
+  def test_a_statement_running_when_disconnect_takes_its_adapter_fails
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 0.5))
+    outcome, others = Weft.run do
+      Weft.timeout(20) do
+        owner = Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection do |conn|
+            Entry.transaction do
+              Entry.create!(fiber: 1, tag: "taken")
+              conn.select_value("SELECT 'owner ' || pg_sleep(2)::text")
+            end
+          end
+        rescue ActiveRecord::ActiveRecordError => e
+          e
+        end
+        sleep 0.1
+        Weft.spawn { ActiveRecord::Base.connection_pool.disconnect! }.wait
+        other = Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection { |conn| Array.new(20) { |i| conn.select_value("SELECT 'other #{i}'") } }
+        end
+        [owner.wait, other.wait]
+      end
+    end
+    assert_kind_of ActiveRecord::ActiveRecordError, outcome, "the statement answered #{outcome.inspect}"
+    assert_equal Array.new(20) { |i| "other #{i}" }, others
+    assert_equal 0, Entry.count
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
+  # disconnect! while 20 fibers run transactions on 3 connections, three times: each statement
+  # answers its own value or fails, and no connection stays out of the pool. A fiber still
+  # waiting for a connection (its transaction's BEGIN) when disconnect! closed its adapter got
+  # it afterwards on the closed routed connection, which ActiveRecord had dropped: its
+  # transaction stayed open there for good (all 3 connections in 2 runs of 3, every later
+  # statement then timing out).
+  def test_disconnect_under_load_answers_each_statement_its_own_and_leaks_no_connection
+    ActiveRecord::Base.establish_connection(config.merge(pool: 3, checkout_timeout: 0.3))
+    pool = shared_pool # the one this configuration shares, before disconnect! takes its adapters
+    outcomes = Weft.run do
+      Weft.timeout(60) do
+        workers = Array.new(20) do |fiber|
+          Weft.spawn do
+            ActiveRecord::Base.connection_pool.with_connection do |conn|
+              Array.new(5) do |round|
+                answer = Entry.transaction do
+                  Entry.create!(fiber: fiber, tag: "round #{round}")
+                  conn.select_value("SELECT '#{fiber}/#{round}' || pg_sleep(#{(fiber % 4) * 0.05})::text")
+                end
+                answer == "#{fiber}/#{round}" ? :own : answer
+              rescue StandardError => e # ActiveRecord's own races when it takes adapters in use (NoMethodError on nil)
+                e.class
+              end
+            end
+          end
+        end
+        3.times do
+          sleep 0.4
+          Weft.spawn { ActiveRecord::Base.connection_pool.disconnect! }
+        end
+        Weft.gather(workers).flatten
+      end
+    end
+    strays = outcomes.reject { |outcome| outcome == :own || (outcome.is_a?(Class) && outcome <= StandardError) }
+    assert_empty strays, "statements answered another's value or nothing"
+    assert_includes outcomes, :own
+    deadline = Weft::Timers.now + 5
+    sleep 0.05 until pool.statistics[:pinned].zero? || Weft::Timers.now > deadline
+    assert_equal 0, pool.statistics[:pinned], "connections stayed out of the pool"
+    assert_kind_of Integer, Weft.run { ActiveRecord::Base.connection_pool.with_connection { Entry.count } }
+  end
+
+  # No PostgreSQL connection free within checkout_timeout raises ConnectionTimeoutError after
+  # checkout_timeout, as ActiveRecord's own pool does. ActiveRecord took it (a
+  # ConnectionNotEstablished) for a dropped connection: it reconnected, which waited for a
+  # connection again for its own queries, and ran the statement again, so that the caller
+  # waited three to four times as long and the saturated pool got more to do.
+  def test_no_connection_within_checkout_timeout_raises_after_it_once
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 1))
+    ActiveRecord::Base.connection_pool.with_connection { Entry.count } # the adapter set up, its type map built
+    error, waited = Weft.run do
+      Weft.timeout(20) do
+        holder = Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection { Entry.transaction { Entry.create!(fiber: 1, tag: "x") && sleep(2.5) } }
+        end
+        sleep 0.1
+        started = Weft::Timers.now
+        error = begin
+          ActiveRecord::Base.connection_pool.with_connection { Entry.count }
+        rescue ActiveRecord::ConnectionTimeoutError => e
+          e
+        end
+        waited = Weft::Timers.now - started
+        holder.wait
+        [error, waited]
+      end
+    end
+    assert_kind_of ActiveRecord::ConnectionTimeoutError, error
+    assert_operator waited, :<, 1.8, "waited #{waited.round(2)}s for a checkout_timeout of 1 s"
+  end
+
+  # A transaction interrupted in a statement or in its COMMIT (a deferred constraint trigger
+  # makes COMMIT slow) by Weft.deadline, Weft.timeout or a cancelled task: the caller gets the
+  # error (none for the cancelled task, which ends), nothing of it is committed, and the one
+  # PostgreSQL connection goes back out of the transaction: the next statements, through the
+  # same adapter or another fiber's, commit on their own (seen from another connection).
+  def test_a_transaction_interrupted_in_a_statement_or_in_commit_leaves_nothing_behind
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1))
+    ActiveRecord::Base.connection_pool.with_connection do |conn|
+      conn.execute(<<~SQL)
+        CREATE FUNCTION weft_slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$;
+        CREATE CONSTRAINT TRIGGER weft_slow_commit AFTER INSERT ON weft_entries DEFERRABLE INITIALLY DEFERRED
+          FOR EACH ROW WHEN (NEW.tag = 'slow commit') EXECUTE FUNCTION weft_slow_commit();
+      SQL
+    end
+    interruptions = {
+      deadline: ->(work) { Weft.deadline(0.3) { work.call } },
+      timeout: ->(work) { Weft.timeout(0.3) { work.call } },
+      cancel: lambda do |work|
+        task = Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { work.call } }
+        sleep 0.3
+        task.cancel
+        task.wait
+        :cancelled
+      end,
+    }
+    works = {
+      "in a statement" => -> { Entry.transaction { Entry.create!(fiber: 1, tag: "doomed") && Entry.connection_pool.with_connection { |conn| conn.select_value("SELECT pg_sleep(3)") } } },
+      "in COMMIT" => -> { Entry.transaction { Entry.create!(fiber: 1, tag: "slow commit") } },
+    }
+    seen = Weft.run do
+      Weft.timeout(60) do
+        interruptions.flat_map do |how, interrupt|
+          works.map do |where, work|
+            ActiveRecord::Base.connection_pool.with_connection do |conn|
+              outcome = begin
+                interrupt.call(work)
+              rescue Weft::TimeoutError => e
+                e.class
+              end
+              Entry.create!(fiber: 2, tag: "#{how} #{where}: after, same adapter")
+              Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { Entry.create!(fiber: 3, tag: "#{how} #{where}: other fiber") } }.wait
+              [how, where, outcome, conn.transaction_open?]
+            end
+          end
+        end
+      end
+    end
+    expected = interruptions.keys.product(works.keys).map do |how, where|
+      [how, where, { deadline: Weft::DeadlineExceeded, timeout: Weft::TimeoutError, cancel: :cancelled }[how], false]
+    end
+    assert_equal expected, seen
+    tags = postgres.psql("SELECT tag FROM weft_entries ORDER BY id", dbname: DATABASE).map { |row| row["tag"] }
+    assert_equal interruptions.keys.product(works.keys).flat_map { |how, where| ["#{how} #{where}: after, same adapter", "#{how} #{where}: other fiber"] }, tags
+    deadline = Weft::Timers.now + 5
+    sleep 0.05 until shared_pool.statistics[:pinned].zero? || Weft::Timers.now > deadline
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
+  # Weft runs the next task in a finished task's fiber, and ActiveRecord keeps an adapter with
+  # the fiber that leased it until it is given back (Rails 7.1: any model query; 7.2 and 8.1:
+  # lease_connection, the deprecated connection). The next task there gets the adapter, but not
+  # the earlier task's session or transaction: those reached it (its statement_timeout, its
+  # open transaction, which the next task's inserts joined).
+  def test_the_next_task_in_a_reused_fiber_does_not_get_the_earlier_tasks_session_or_transaction
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 1)) # teardown waits for the kept adapter
+    lease = ActiveRecord::Base.respond_to?(:lease_connection) ? :lease_connection : :connection
+    first_fiber, later = Weft.run do
+      first = Weft.spawn do
+        conn = ActiveRecord::Base.public_send(lease)
+        conn.execute("SET statement_timeout = 4326")
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO weft_entries (fiber, tag) VALUES (1, 'left in a transaction')")
+        Fiber.current
+      end.wait
+      seen = Array.new(3) do |i|
+        Weft.spawn do
+          ActiveRecord::Base.connection_pool.with_connection do |conn|
+            Entry.create!(fiber: 2, tag: "later #{i}")
+            [Fiber.current, conn.select_value("SHOW statement_timeout"), conn.transaction_open?]
+          end
+        end.wait
+      end
+      [first, seen]
+    end
+    assert(later.any? { |fiber, _| fiber.equal?(first_fiber) }, "no later task ran in the first one's fiber")
+    assert_equal Array.new(3) { ["0", false] }, later.map { |_, timeout, open| [timeout, open] }
+    tags = postgres.psql("SELECT tag FROM weft_entries ORDER BY id", dbname: DATABASE).map { |row| row["tag"] }
+    assert_equal ["later 0", "later 1", "later 2"], tags
+    assert_equal 0, shared_pool.statistics[:pinned]
+  end
+
+  # Rails' database tasks drop a database after using it in the same process (db:drop checks
+  # ar_internal_metadata first, db:reset, db:test:prepare's purge): they disconnect
+  # ActiveRecord's pool, then send DROP DATABASE, which PostgreSQL refuses while any connection
+  # to the database is open. The shared pool's idle connections stayed open ("database is being
+  # accessed by other users"); disconnecting a pool of the adapter now closes them.
+  def test_database_tasks_drop_and_purge_a_database_this_process_used
+    require "active_record/tasks/database_tasks"
+    db_config = ActiveRecord::DatabaseConfigurations::HashConfig.new("test", "primary", config.merge(database: "weft_ar_dropped"))
+    capture_io do
+      2.times do |round|
+        ActiveRecord::Tasks::DatabaseTasks.create(db_config)
+        ActiveRecord::Base.establish_connection(db_config)
+        ActiveRecord::Base.connection_pool.with_connection { |conn| conn.create_table(:weft_gone) }
+        # purge drops and creates the database again; drop leaves it gone
+        round.zero? ? ActiveRecord::Tasks::DatabaseTasks.purge(db_config) : ActiveRecord::Tasks::DatabaseTasks.drop(db_config)
+      end
+    end
+    assert_empty postgres.psql("SELECT datname FROM pg_database WHERE datname = 'weft_ar_dropped'")
+  ensure
+    ActiveRecord::Base.establish_connection(config)
+  end
+
+  # PostgreSQL ends every connection of the app (a restart, pg_terminate_backend): the next
+  # statements and transactions, through adapters that used the old connections, go on.
+  def test_statements_and_transactions_go_on_after_postgresql_ended_the_connections
+    ActiveRecord::Base.establish_connection(config.merge(pool: 2))
+    counts = Weft.run do
+      Weft.timeout(20) do
+        ActiveRecord::Base.connection_pool.with_connection do |conn|
+          Weft.gather(Array.new(4) { Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { |c| c.select_value("SELECT pg_sleep(0.05)") } } })
+          ended = postgres.psql("SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity WHERE application_name = '#{APPLICATION}'")
+          assert_operator Integer(ended.first["n"]), :>=, 1
+          sleep 0.1
+          others = Array.new(4) { |i| Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { i.even? ? Entry.count : Entry.transaction { Entry.create!(fiber: i, tag: "after") && Entry.count } } } }
+          [Entry.count, *Weft.gather(others)]
+        end
+      end
+    end
+    assert_equal 5, counts.size
+    assert_equal 2, Entry.where(tag: "after").count
+  end
+
   # `pool:` (or `max_connections:`, Rails 8.1's name) caps PostgreSQL connections; ActiveRecord's
   # own pool holds `lease_limit:` adapters (1000 by default), on 7.1, 7.2 and 8.1 alike.
   def test_pool_caps_postgresql_connections_and_lease_limit_sizes_activerecords_pool

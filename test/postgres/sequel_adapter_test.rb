@@ -349,6 +349,45 @@ class PostgresSequelAdapterTest < Minitest::Test
     assert_equal 1, db[:sq_run].count
   end
 
+  # SQL given to DB.fetch or DB.execute_dui that is not one statement reading or writing rows
+  # runs as the postgres adapter runs it (simple protocol, on a connection of its own): several
+  # statements answer with the last one's rows, and commands that refuse a transaction block
+  # work while the pool's statements are pipelined (each segment is one).
+  def test_sql_other_than_one_data_statement_runs_as_with_the_postgres_adapter
+    db = sequel(limit: 1)
+    db.create_table!(:sq_multi) { Integer :v }
+    outcome = reactor(30) do
+      load = Array.new(20) { Weft.spawn { 3.times { db.get(Sequel.function(:pg_sleep, 0.02)) } } }
+      sleep 0.03
+      rows = db.fetch("insert into sq_multi values (1), (2); select count(*) as n from sq_multi").all
+      changed = db.execute_dui("update sq_multi set v = v + 1; update sq_multi set v = v + 1 where v = 3")
+      vacuumed = db.fetch("vacuum sq_multi").all
+      Weft.gather(load)
+      [rows, changed, vacuumed, db[:sq_multi].order(:v).select_map(:v)]
+    end
+    assert_equal [[{ n: 2 }], 1, [], [2, 4]], outcome
+    assert_operator db.weft_pool.statistics[:pipelined], :>, 0, "the statements around were not pipelined"
+  end
+
+  # Sequel apps commonly load connection_validator (often with a timeout of -1: check every
+  # connection before use). The Weft pool checks connections before use and replaces broken ones
+  # itself, so the extension loads and its settings are accepted; it raised NoMethodError
+  # (`sync`, which Sequel's threaded pools have). What it promises holds: after PostgreSQL
+  # ended every connection, statements and transactions go on.
+  def test_connection_validator_loads_and_broken_connections_are_replaced
+    db = sequel(limit: 2, application_name: "sq-validator")
+    db.extension(:connection_validator)
+    db.pool.connection_validation_timeout = -1
+    assert_equal [1, 1], reactor { Weft.gather(Array.new(2) { Weft.spawn { db.get(Sequel.function(:pg_sleep, 0.05)) && 1 } }) }
+    PG.connect(postgres.conninfo) do |monitor|
+      monitor.exec("select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'sq-validator'")
+    end
+    sleep 0.1
+    after = reactor { Weft.gather(Array.new(4) { |i| Weft.spawn { i.even? ? db.get(2) : db.transaction { db.get(3) } } }) }
+    assert_equal [2, 3, 2, 3], after
+    assert_raises(Sequel::Error) { db.extension(:connection_expiration) } # the Weft pool's max_age does its work
+  end
+
   def test_disconnect_closes_idle_connections_and_the_database_goes_on
     db = sequel(limit: 3)
     reactor { Weft.gather(Array.new(6) { Weft.spawn { db.get(Sequel.function(:pg_sleep, 0.05)) } }) }

@@ -59,6 +59,15 @@ class PostgresStatementScopeTest < Minitest::Test
     ].each { |sql| refute SCOPE.session_state?(sql), sql }
   end
 
+  # COPY's data follows the statement's answer on the same connection (active_record_adapter_test's
+  # test_copy_keeps_its_connection_for_the_data_and_one_left_open_costs_only_that_connection).
+  def test_copy_keeps_the_session
+    ["COPY t FROM STDIN", "/* tag */ copy t (a, b) to stdout", "SELECT 1; COPY (SELECT 1) TO STDOUT"]
+      .each { |sql| assert SCOPE.session_state?(sql), sql }
+    ["SELECT copy FROM t", "INSERT INTO copy_jobs (a) VALUES (1)", "SELECT * FROM copyright"]
+      .each { |sql| refute SCOPE.session_state?(sql), sql }
+  end
+
   # Block comments are read as PostgreSQL nests them. The comment's end used to be any later
   # `*/`: a comment before a statement and one inside it made one, and what followed the second
   # counted as the statement's first word (an UPDATE with a comment before its SET leased a

@@ -9,6 +9,7 @@ require_relative "weft_postgresql/shared_database"
 require_relative "weft_postgresql/routed_connection"
 require_relative "weft_postgresql/lease_limit"
 require_relative "weft_postgresql/type_lookup"
+require_relative "weft_postgresql/pool_disconnect"
 
 module ActiveRecord
   module ConnectionAdapters
@@ -57,6 +58,11 @@ module ActiveRecord
                                "statements here share connections): remove prepared_statements: true"
         end
       end
+
+      # @api private
+      # @return [WeftPostgreSQL::SharedDatabase, nil] the shared database this adapter's
+      #   statements go to, once it has connected
+      attr_reader :shared_database
 
       # No round trip: the shared pool checks its connections before each use and replaces
       # broken ones, so an adapter is alive while its routed connection is open and the
@@ -172,6 +178,17 @@ module ActiveRecord
         raise IsolationLevelError, "weft_postgresql under a fiber scheduler needs " \
                                    "ActiveSupport::IsolatedExecutionState.isolation_level = :fiber " \
                                    "(Rails: config.active_support.isolation_level = :fiber)"
+      end
+
+      # ActiveRecord reconnects and runs a statement again after a ConnectionNotEstablished,
+      # which ConnectionTimeoutError is; here that error means no PostgreSQL connection of the
+      # shared pool was free within checkout_timeout, not that this adapter's connection
+      # dropped. Reconnecting would wait for one again (the adapter's set-up queries), and so
+      # would the statement run again: the caller waited three to four times checkout_timeout,
+      # adding work to a pool already short of connections. ActiveRecord's own pool raises it
+      # once, after checkout_timeout.
+      def retryable_connection_error?(exception)
+        !exception.is_a?(ConnectionTimeoutError) && super
       end
 
       # Weft's own failures, as ActiveRecord's: no connection in time, the server unreachable

@@ -28,19 +28,21 @@ module Sequel
         pool.weft_pool
       end
 
-      # Runs a statement. Outside DB.synchronize and DB.transaction it goes through the Weft
-      # pool's #query: one statement, on whichever connection the pool picks (a SET LOCAL or
-      # set_config in a pipeline segment of its own, so that it holds for no other fiber's
-      # statements: see Weft::Postgres::Pool#query). Inside them, and
-      # for prepared statements (which live on one connection), it runs as the postgres adapter
-      # runs it, on the connection the fiber holds.
+      # Runs a statement. Outside DB.synchronize and DB.transaction, one statement that reads or
+      # writes rows goes through the Weft pool's #query, on whichever connection the pool picks
+      # (a set_config in a pipeline segment of its own, so that it holds for no other fiber's
+      # statements: see Weft::Postgres::Pool#query). Inside them, for prepared statements (which
+      # live on one connection), and for any other SQL, it runs as the postgres adapter runs it,
+      # on a connection the fiber holds: the simple protocol takes several statements in one
+      # string (the last one's result answers), and commands such as VACUUM refuse the implicit
+      # transaction of a pipeline's segment.
       #
       # A held statement interrupted by Weft.deadline, a timeout or a cancelled task is cancelled
       # on the server before the error goes on: the ROLLBACK that DB.transaction sends next would
       # otherwise wait for the statement to end.
       # @see Sequel::Postgres::Database#execute
       def execute(sql, opts = OPTS, &block)
-        unless sql.is_a?(Symbol) || pool.held_connection
+        if !sql.is_a?(Symbol) && !pool.held_connection && Weft::Postgres::StatementScope.single_data_statement?(sql)
           return check_database_errors { execute_shared(sql, opts[:arguments], &block) }
         end
 

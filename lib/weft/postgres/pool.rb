@@ -58,6 +58,8 @@ module Weft
       # Seconds a connection given back after an interrupted statement may take to be made
       # usable again (cancel, drain, rollback) before it is closed instead.
       RESET_GRACE = 2.0
+      # Result statuses of a COPY in progress, which #discard_results cannot read past.
+      COPY_STATUSES = [PG::PGRES_COPY_IN, PG::PGRES_COPY_OUT, PG::PGRES_COPY_BOTH].freeze
       # Seconds since a connection was given back within which it is taken again without a
       # look at its socket for life (Connection#usable?, a system call): it was answering
       # statements a moment ago, and had it died since, its statement would fail as one does on
@@ -1070,12 +1072,17 @@ module Weft
       # waiting on the socket no longer than the deadline allows (no Timeout: an exception
       # raised from another thread could land outside the code meant to catch it).
       # @return [Boolean] false if the deadline passed first
+      # @raise [PG::Error] when a COPY is in progress: libpq answers get_result with the COPY's
+      #   result again for as long as it lasts (a COPY FROM STDIN waits for data that will not
+      #   come), so it cannot be read to its end; the connection is closed instead
       def discard_results(raw, deadline)
         loop do
           raw.consume_input
           until raw.is_busy
             result = raw.get_result or return true # not busy: returns at once
+            status = result.result_status
             result.clear
+            raise PG::Error, "a COPY was left in progress" if COPY_STATUSES.include?(status)
           end
           return false if deadline.expired?
           raw.socket_io.wait_readable(deadline.remaining)

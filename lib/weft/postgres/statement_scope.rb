@@ -50,10 +50,13 @@ module Weft
       # Commands whose effect outlives the statement: SET without LOCAL (and not SET TRANSACTION
       # or SET CONSTRAINTS, which end with the transaction), RESET, DISCARD, LISTEN, UNLISTEN,
       # PREPARE, DEALLOCATE, LOAD, DECLARE (a cursor WITH HOLD), and DO, whose block may do
-      # any of these (in dynamic SQL too, out of this test's sight).
+      # any of these (in dynamic SQL too, out of this test's sight). And COPY, whose data (FROM
+      # STDIN, TO STDOUT) travels on the same connection after the statement's answer: on a
+      # connection given back at once, or a shared one, the caller could not send or read it,
+      # and the connection would be stuck mid-COPY.
       SESSION_WORD = /
         set\b(?!\s+(?:local|transaction|constraints)\b)|reset\b|discard\b|listen\b|unlisten\b|
-        prepare\b|deallocate\b|load\b|declare\b|do\b
+        prepare\b|deallocate\b|load\b|declare\b|do\b|copy\b
       /ix
       # One of them at the start of any statement of the text.
       SESSION_COMMAND = /#{STATEMENT_START}(?:#{SESSION_WORD})/

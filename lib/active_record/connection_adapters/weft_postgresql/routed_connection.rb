@@ -43,6 +43,10 @@ module ActiveRecord
           @database = database
           @lease = nil
           @session_state = false
+          @running = nil # the fiber (or thread) whose statement runs on the lease, while one does
+          @abandoned = nil # the lease #release left to that fiber to give back
+          @lease_fiber = nil # the fiber and Weft task that took the lease
+          @lease_task = nil
           @closed = false
           @type_map_for_queries = nil
           @type_map_for_results = nil
@@ -53,6 +57,7 @@ module ActiveRecord
         # @return [PG::Result]
         def exec_params(sql, params = [])
           params = encode(params)
+          drop_earlier_tasks_lease if @lease
           if @lease || StatementScope.transaction_statement?(sql) || StatementScope.session_state?(sql)
             typed(on_lease(sql) { |lease| lease.exec_params(sql, params) })
           else
@@ -67,6 +72,7 @@ module ActiveRecord
         # simple protocol on a leased connection.
         # @return [PG::Result] the last statement's result
         def async_exec(sql)
+          drop_earlier_tasks_lease if @lease
           if @lease || !StatementScope.single_data_statement?(sql) || StatementScope.session_state?(sql)
             typed(on_lease(sql) { |lease| lease.async_exec(sql) })
           else
@@ -80,18 +86,38 @@ module ActiveRecord
         # for callers that want the PG::Connection itself (the adapter's #raw_connection).
         # @return [PG::Connection]
         def pin_session
-          @lease ||= @database.pool.lease
+          raise PG::ConnectionBad, "connection is closed" if @closed
+          drop_earlier_tasks_lease if @lease
+          take_lease unless @lease
+          if @closed # by another fiber while this one waited for the connection (see #on_lease)
+            release
+            raise PG::ConnectionBad, "connection is closed"
+          end
           @session_state = true
           @lease.raw
         end
 
         # Gives back the connection held, if any: rolled back if a transaction is open, and its
         # session cleared and set up again if this adapter changed it.
+        #
+        # Called from another fiber while a statement runs on the held connection (ActiveRecord's
+        # ConnectionPool#disconnect! takes back adapters still checked out after
+        # checkout_timeout), the statement is cancelled and the connection left to the fiber
+        # waiting for its answer, which gives it back and fails (see #on_lease): giving it back
+        # here, the pool would read the cancelled statement's answer while that fiber waits on
+        # the same socket, so that the fiber read nothing (its statement answered nil, and its
+        # transaction went on as if it had run) or, once the connection served someone else,
+        # their result.
         # @return [void]
         def release
           return unless (lease = @lease)
-          reset_session = @session_state
           @lease = nil
+          if @running && !@running.equal?(Fiber.current) && @running.alive? # a dead fiber reads nothing
+            @abandoned = lease
+            cancel_running(lease)
+            return
+          end
+          reset_session = @session_state
           @session_state = false
           lease.release(reset_session: reset_session)
         end
@@ -182,14 +208,65 @@ module ActiveRecord
         # cancels it as it rolls back). A statement interrupted outside a transaction lets the
         # connection go; the pool cancels it in the background. The lease's statements answer
         # without a reactor turn while connections are short (Weft::Postgres::Lease#exec_params).
+        #
+        # Should the adapter be taken back by another fiber meanwhile (#release), the statement
+        # fails with PG::ConnectionBad (unless its cancellation failed it already), as on a
+        # PG::Connection closed under it, and the connection goes back with its session cleared.
         def on_lease(sql)
           raise PG::ConnectionBad, "connection is closed" if @closed
           held_before = !@lease.nil?
-          @lease ||= @database.pool.lease
+          lease = @lease || take_lease
+          # Closed by another fiber while this one waited for the connection (ActiveRecord's
+          # disconnect! takes adapters still in use): nobody would give the connection back.
+          raise PG::ConnectionBad, "connection is closed" if @closed
           @session_state ||= StatementScope.session_state?(sql)
-          traced(sql) { yield @lease }
+          @running = Fiber.current
+          result = traced(sql) { yield lease }
+          raise PG::ConnectionBad, "the connection was taken back while the statement ran" if @abandoned.equal?(lease)
+          result
         ensure
-          release_unless_needed(held_before) if @lease
+          @running = nil
+          if lease && @abandoned.equal?(lease)
+            @abandoned = nil
+            @session_state = false
+            lease.release(reset_session: true)
+          elsif @lease
+            release_unless_needed(held_before)
+          end
+        end
+
+        # Leases a connection for this adapter, noting the fiber and Weft task it is taken in.
+        # @return [Weft::Postgres::Lease]
+        def take_lease
+          lease = @database.pool.lease
+          @lease_fiber = Fiber.current
+          @lease_task = Weft::Task.current
+          @lease = lease
+        end
+
+        # Weft runs task after task in one fiber, and ActiveRecord keeps an adapter with the
+        # fiber that checked it out until it is given back (Rails 7.1 for any query through a
+        # model; 7.2 and 8.1 for lease_connection and the deprecated connection): a task that
+        # ends without giving it back leaves it to the next task in its fiber. What the adapter
+        # holds is the earlier task's, though: a session it changed (SET, raw_connection), a
+        # transaction it began with execute("BEGIN"). That connection is rolled back, its session
+        # cleared, and given back before the next task's first statement, as a fiber's own
+        # state is (Weft's scheduler clears fiber-locals between tasks). A lease used from
+        # another fiber (an adapter shared on purpose, such as the one transactional tests pin)
+        # is left alone.
+        def drop_earlier_tasks_lease
+          return unless Fiber.current.equal?(@lease_fiber) && !Weft::Task.current.equal?(@lease_task)
+          lease = @lease
+          @lease = nil
+          @session_state = false
+          lease.release(reset_session: true)
+        end
+
+        # Asks the server to cancel what runs on a lease another fiber waits on.
+        def cancel_running(lease)
+          lease.raw.cancel
+        rescue PG::Error, IOError, SystemCallError
+          nil # the waiting fiber's statement then ends by itself
         end
 
         # Marks a statement on the held connection on Weft::Postgres::Trace's timeline.

@@ -16,9 +16,10 @@ module ActiveRecord
       # queries) and build for each adapter object; WeftPostgreSQLAdapter makes one per fiber
       # that queries, not one per PostgreSQL connection. See #type_map.
       #
-      # Process-wide and never closed by ActiveRecord (disconnecting an adapter gives back only
-      # what that adapter held); across fork the pool drops its parent's connections on first
-      # use and opens its own.
+      # Process-wide and never closed by ActiveRecord: disconnecting an adapter gives back only
+      # what that adapter held, and disconnecting an ActiveRecord pool closes the idle
+      # connections too (PoolDisconnect), the pool opening new ones as it needs them. Across
+      # fork the pool drops its parent's connections on first use and opens its own.
       class SharedDatabase
         # The real connections when the configuration names no `pool:`, as ActiveRecord's own
         # default.

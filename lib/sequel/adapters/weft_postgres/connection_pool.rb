@@ -38,6 +38,7 @@ module Sequel
         raise Error, "the weft_postgres adapter does not support sharding (the :servers option)" if opts[:servers]
         @weft_pool = Weft::Postgres::Pool.new(target(opts), **weft_options(opts), connector: method(:open_connection))
         @held_key = :"sequel_weft_postgres_held_#{object_id}"
+        @sync = Thread::Mutex.new
       end
 
       # Yields a connection pinned to the calling fiber until the block ends (the same one to a
@@ -88,6 +89,15 @@ module Sequel
       end
 
       private
+
+      # Runs the block under the pool's lock, as Sequel's threaded pools do: what the
+      # connection_validator extension calls as it loads, to set its defaults. The extension then
+      # loads and does nothing more (the methods it wraps are the threaded pools' own, which this
+      # pool does not have): the Weft pool checks a connection before use and replaces a broken
+      # one itself.
+      def sync(&block)
+        @sync.synchronize(&block)
+      end
 
       # Called by the Weft pool for each connection it opens. Sequel opens it on the conninfo
       # the Weft pool settled on (see Database#connect), so the argument is not needed here.
