@@ -58,7 +58,9 @@ class PostgresRoutingTest < Minitest::Test
       during = latencies.select { |started, _| started >= slow_started && started < slow_started + slow_took }
       assert_operator during.size, :>, 40, "too few short statements ran meanwhile"
       worst = during.map(&:last).max
-      assert_operator worst, :<, 0.2, "a short statement waited #{worst}s behind the slow one"
+      # Queued behind the slow statement, those sent as it began would wait most of its 0.4 s;
+      # routed past it, a loaded machine's stalls made one wait 0.22 s (3.3 + YJIT, load 2.4).
+      assert_operator worst, :<, 0.3, "a short statement waited #{worst}s behind the slow one"
     end
     assert_equal 0, db.statistics[:discarded]
   end
