@@ -252,7 +252,7 @@ module Weft
           keep_alive = serve_one
           return if @detached # hijacked: the socket is the app's now
           return if keep_alive == :parked # the rest of a head will wake it up
-          return close unless keep_alive
+          return hang_up unless keep_alive
           # Timers.now inlined: one Ruby call fewer per request.
           @idle_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           # True at once while a pipelined request is buffered: they are answered in order.
@@ -447,14 +447,29 @@ module Weft
         nil
       end
 
-      # Reads and drops what the client still sends after an error answer cut its request body
-      # short (413, a body that could not be stored, a malformed chunk), before the connection
-      # is closed. Closed at once, a socket with unread bytes (or bytes still arriving) makes the
-      # kernel send a reset, and a reset can destroy the answer before the client has read it
-      # (RFC 9112 section 9.6): the client would see "connection reset" instead of the 413. On
-      # plain TCP the server's side is shut down first, so the client sees the answer end, then
-      # its body is taken, for at most LINGER_SECONDS and LINGER_BYTES (a client that sends on
-      # regardless costs one waiting fiber that long). Never raises.
+      # Ends the connection after its last response (one that said `connection: close`, or an
+      # error answer). When the client has sent more than the server read (requests pipelined
+      # behind one that closes the connection, the rest of a head or body refused), the rest is
+      # taken first (#linger): a socket closed with unread bytes, or receiving more after the
+      # close, makes the kernel send a reset, which throws away whatever of the response the
+      # server's side had not sent yet (a 2 MB response lost all but its first 24 KB that way,
+      # test/server/closing_test.rb). A client that sent nothing more is closed at once, as
+      # nginx does (its `lingering_close on`): checking costs one peek.
+      # @return [nil]
+      def hang_up
+        return close if @closed || (@stream.buffer.empty? && @stream.peek != :data)
+        linger
+      end
+
+      # Reads and drops what the client still sends after the last response, then closes the
+      # connection (#hang_up; after an error answer cut a request body short, read_body calls it
+      # itself: a 413, a body that could not be stored, a malformed chunk). Closed at once, a
+      # socket with unread bytes (or bytes still arriving) makes the kernel send a reset, and a
+      # reset can destroy the answer before the client has read it (RFC 9112 section 9.6): the
+      # client would see "connection reset" instead of the 413. On plain TCP the server's side
+      # is shut down first, so the client sees the answer end, then what it sends is taken, for
+      # at most LINGER_SECONDS and LINGER_BYTES (a client that sends on regardless costs one
+      # waiting fiber that long). Never raises.
       # @return [nil] (read_body's "no input")
       def linger
         @socket.shutdown(Socket::SHUT_WR) unless @tls
@@ -467,6 +482,8 @@ module Weft
         nil
       rescue ClientGone, ClientTimeout, IOError, SystemCallError, OpenSSL::SSL::SSLError
         nil
+      ensure
+        close
       end
 
       def handshake
