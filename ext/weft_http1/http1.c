@@ -145,6 +145,8 @@ static int parse_content_length(h1_parser *p, const unsigned char *buf, const h1
             n = n * 10 + (int64_t)d;
         }
         if (p->content_length < 0) {
+            /* CONTENT_LENGTH in env without leading zeros: Ruby's Integer() reads "010" as 8 */
+            while (ellen > 1 && el[0] == '0') { el++; ellen--; }
             p->content_length = n;
             p->cl_off = (size_t)(el - buf);
             p->cl_len = ellen;

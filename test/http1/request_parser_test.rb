@@ -277,6 +277,15 @@ class HTTP1RequestParserTest < Minitest::Test
     assert_equal 2**63 - 1, parse(req(["Host: h", "Content-Length: #{2**63 - 1}"]))[2].content_length
   end
 
+  # CONTENT_LENGTH is the length in its plain decimal form, as for a list ("5, 5" gives "5"):
+  # leading zeros are valid HTTP (1*DIGIT), but Ruby's Integer() reads "010" as octal 8, so an app
+  # that parses it that way would frame a 10-byte body as 8.
+  def test_content_length_in_env_has_no_leading_zeros
+    {"010" => "10", "007" => "7", "0" => "0", "000" => "0", "00, 0" => "0", "10, 010" => "10"}.each do |sent, env_value|
+      assert_equal env_value, parse(req(["Host: h", "Content-Length: #{sent}"]))[1]["CONTENT_LENGTH"], sent
+    end
+  end
+
   def test_pipelined
     a = req(["Host: h", "Content-Length: 3"], "POST /one HTTP/1.1") + "abc"
     b = req(["Host: h"], "GET /two HTTP/1.1")
