@@ -3,6 +3,7 @@
 require "tmpdir"
 require "fileutils"
 require "rbconfig"
+require_relative "../server"
 require_relative "fork_heap"
 require_relative "warmup"
 require_relative "worker_loads"
@@ -43,11 +44,12 @@ module Weft
       # Environment variables carried across a hot restart.
       LISTEN_FDS = "WEFT_LISTEN_FDS"
       OLD_WORKERS = "WEFT_OLD_WORKERS"
-      SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 CHLD].freeze
+      SIGNALS = %w[TERM INT QUIT HUP TTIN TTOU USR1 USR2 CHLD].freeze
       # The signals that stop the master: until it has loaded the app and warmed it up, they
       # keep Ruby's default (an exception where the master is, which ends it at once, its
-      # listeners closed) rather than wait for a warm-up of up to Warmup::TIMEOUT.
-      STOP_SIGNALS = %w[TERM INT QUIT].freeze
+      # listeners closed) rather than wait for a warm-up of up to Warmup::TIMEOUT. HUP is one
+      # (Server::GRACEFUL_STOP_SIGNALS says why).
+      STOP_SIGNALS = GRACEFUL_STOP_SIGNALS
 
       # @param config [Config]
       # @param loader [#call] returns the Rack app (runs in the master with preload, else in each worker)
@@ -142,7 +144,7 @@ module Weft
 
       def handle_signal(name)
         case name
-        when "TERM", "INT", "QUIT" then begin_stop
+        when *STOP_SIGNALS then begin_stop
         when "TTIN"
           @count += 1
           @log.info("TTIN: #{@count} workers")
@@ -240,7 +242,7 @@ module Weft
           spread = slot && AcceptSpread.new(@loads, slot)
           server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board, heartbeat: pipe,
                                             spread: spread)
-          %w[TERM INT QUIT].each { |name| Signal.trap(name) { server.stop } }
+          GRACEFUL_STOP_SIGNALS.each { |name| Signal.trap(name) { server.stop } }
           watch_master(master, server)
           pipe.write("#{Process.pid}\n")
           server.run
