@@ -108,7 +108,7 @@ module Weft
 
       # Starts serving a newly accepted connection (in its own task).
       def start
-        handshake if @tls
+        return if @tls && !handshake
         serve(@settings.first_data_timeout)
       end
 
@@ -486,8 +486,21 @@ module Weft
         close
       end
 
+      # The TLS handshake, within header_timeout. A client that does not complete it (silent,
+      # gone before it, speaking plain HTTP to the TLS port) is closed: its failure used to escape
+      # the task with the socket open and the connection counted for good, so that
+      # max_connections port scans left a TLS server accepting no one
+      # (test/server/tls_handshake_test.rb).
+      # @return [Boolean] whether the connection speaks TLS now
       def handshake
         @stream.accept_tls(@listener.ssl_context, Weft::Deadline.after(@settings.header_timeout))
+        true
+      rescue ClientGone, ClientTimeout
+        close
+        false
+      rescue Exception # rubocop:disable Lint/RescueException
+        close
+        raise
       end
 
       RACK_INPUT = "rack.input"
