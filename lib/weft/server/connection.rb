@@ -106,15 +106,22 @@ module Weft
         @closed
       end
 
-      # Starts serving a newly accepted connection (in its own task).
+      # Starts serving a newly accepted connection (in its own task). A TLS client that has
+      # sent nothing yet is parked until it does, as a silent plain connection is (#serve parks
+      # it at once): it holds no fiber meanwhile, and can be closed to admit a new client at
+      # max_connections. Its handshake waiting in the task, a TLS server full of silent clients
+      # made each new one wait for their header_timeout (tls_handshake_test.rb).
       def start
-        return if @tls && !handshake
-        serve(@settings.first_data_timeout)
+        return serve(@settings.first_data_timeout) unless @tls
+        return @host.park(self, @settings.first_data_timeout) if @stream.peek == :none && !@host.stopping?
+        serve(@settings.first_data_timeout) if handshake
       end
 
-      # Called by the IdlePool in a new task once the parked socket is readable.
+      # Called by the IdlePool in a new task once the parked socket is readable: a TLS client's
+      # first bytes (the handshake comes first), or a request.
       def resume
-        serve(@settings.idle_timeout)
+        return serve(@settings.idle_timeout) unless @tls && !@stream.tls?
+        serve(@settings.first_data_timeout) if handshake
       end
 
       # Called by the IdlePool from the loop fiber when a parked connection stayed silent past
