@@ -150,6 +150,28 @@ class ServerClusterTest < Minitest::Test
     end
   end
 
+  # Started with HUP ignored (`nohup weft serve`), the server outlives its terminal: HUP stays
+  # ignored, in the master and its workers, as when HUP was left to Ruby.
+  def test_sighup_stays_ignored_under_nohup
+    [0, 2].each do |workers|
+      port = free_tcp_port
+      nohup = ["-e", 'Signal.trap("HUP", "IGNORE"); exec(*ARGV)', RbConfig.ruby] # what nohup(1) does
+      pid = Process.spawn(RbConfig.ruby, *nohup, File.join(ROOT, "exe/weft"), "serve", File.join(FIXTURES, "pid.ru"),
+                          "-p", port.to_s, "-o", "127.0.0.1", "-w", workers.to_s, chdir: ROOT, out: File::NULL, err: File::NULL,
+                          pgroup: true)
+      begin
+        wait_for_port(port, pid)
+        eventually(15, "workers=#{workers}: all up") { worker_pids(port).size == [workers, 1].max }
+        Process.kill("HUP", -pid)
+        sleep 1
+        refute Process.waitpid(pid, Process::WNOHANG), "workers=#{workers}: stopped by HUP under nohup"
+        assert_match(/\A\d+\z/, get_body(port), "workers=#{workers}: not serving after HUP under nohup")
+      ensure
+        stop_process(pid)
+      end
+    end
+  end
+
   def test_a_worker_stuck_in_an_endless_loop_is_replaced_after_worker_timeout
     Dir.mktmpdir do |dir|
       log = File.join(dir, "weft.log")

@@ -115,10 +115,15 @@ module Weft
           @signals = []
         end
         names.each do |name|
-          Signal.trap(name) do
+          previous = Signal.trap(name) do
             @signals << name
             @signal_writer.write_nonblock(".", exception: false)
           end
+          next unless name == "HUP" && previous == "IGNORE"
+          # Started with HUP ignored (nohup): it stays ignored, in the workers too
+          # (Server.trap_stop_signals).
+          Signal.trap(name, "IGNORE")
+          @hup_ignored = true
         end
       end
 
@@ -231,7 +236,10 @@ module Weft
         @workers.each { |worker| worker.pipe&.close }
         # The master's signals mean nothing to a worker; a stray USR1/USR2/TTIN sent to the
         # whole process group must not kill (or, for TTIN, suspend) it.
-        SIGNALS.each { |name| Signal.trap(name, %w[USR1 USR2 TTIN TTOU].include?(name) ? "IGNORE" : "DEFAULT") }
+        SIGNALS.each do |name|
+          ignored = %w[USR1 USR2 TTIN TTOU].include?(name) || (name == "HUP" && @hup_ignored)
+          Signal.trap(name, ignored ? "IGNORE" : "DEFAULT")
+        end
         $PROGRAM_NAME = "weft worker #{index}#{" (#{@config[:tag]})" if @config[:tag]}"
         status = 0
         begin
@@ -242,7 +250,7 @@ module Weft
           spread = slot && AcceptSpread.new(@loads, slot)
           server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board, heartbeat: pipe,
                                             spread: spread)
-          GRACEFUL_STOP_SIGNALS.each { |name| Signal.trap(name) { server.stop } }
+          Server.trap_stop_signals { server.stop }
           watch_master(master, server)
           pipe.write("#{Process.pid}\n")
           server.run
