@@ -459,7 +459,7 @@ module Weft
       # behind one that closes the connection, the rest of a head or body refused), the rest is
       # taken first (#linger): a socket closed with unread bytes, or receiving more after the
       # close, makes the kernel send a reset, which throws away whatever of the response the
-      # server's side had not sent yet (a 2 MB response lost all but its first 24 KB that way,
+      # server's side had not sent yet (an 8 MB response lost its last 3 MB that way,
       # test/server/closing_test.rb). A client that sent nothing more is closed at once, as
       # nginx does (its `lingering_close on`): checking costs one peek.
       # @return [nil]
@@ -493,11 +493,10 @@ module Weft
         close
       end
 
-      # The TLS handshake, within header_timeout. A client that does not complete it (silent,
-      # gone before it, speaking plain HTTP to the TLS port) is closed: its failure used to escape
-      # the task with the socket open and the connection counted for good, so that
-      # max_connections port scans left a TLS server accepting no one
-      # (test/server/tls_handshake_test.rb).
+      # The TLS handshake, within header_timeout. A client that does not complete it (stalled,
+      # gone, speaking plain HTTP to the TLS port) is closed: its failure used to escape the task
+      # with the socket open and the connection counted for good, so that max_connections port
+      # scans left a TLS server accepting no one (test/server/tls_handshake_test.rb).
       # @return [Boolean] whether the connection speaks TLS now
       def handshake
         @stream.accept_tls(@listener.ssl_context, Weft::Deadline.after(@settings.header_timeout))
