@@ -51,6 +51,8 @@ static const chunk_case chunks[] = {
     { "3\r\nabcd\r\n", -400, "abc" },
     { "3\nabc\r\n0\r\n\r\n", -400, "" },
     { "ffffffffffffffffff\r\n", -400, "" },
+    { "1\r\na\r\n0\r\nGET /x HTTP/1.1\r\n\r\n", -400, "a" },
+    { "1\r\na\r\n0\r\nX-A : b\r\n\r\n", -400, "a" },
 };
 
 static int failures;

@@ -145,6 +145,8 @@ static int parse_content_length(h1_parser *p, const unsigned char *buf, const h1
             n = n * 10 + (int64_t)d;
         }
         if (p->content_length < 0) {
+            /* CONTENT_LENGTH in env without leading zeros: Ruby's Integer() reads "010" as 8 */
+            while (ellen > 1 && el[0] == '0') { el++; ellen--; }
             p->content_length = n;
             p->cl_off = (size_t)(el - buf);
             p->cl_len = ellen;
@@ -562,7 +564,7 @@ head_done:
 enum {
     C_SIZE0, C_SIZE, C_SIZE_WS, C_EXT, C_SIZE_LF,
     C_DATA, C_DATA_CR, C_DATA_LF,
-    C_TRAILER_START, C_TRAILER, C_TRAILER_LF, C_END_LF,
+    C_TRAILER_START, C_TRAILER_NAME, C_TRAILER, C_TRAILER_LF, C_END_LF,
     C_DONE, C_ERROR
 };
 
@@ -682,10 +684,19 @@ int h1_chunked_step(h1_chunked *c, const char *cin, size_t len, size_t *consumed
             c->state = C_SIZE0;
             break;
 
+        /* A trailer line is a field line, as in the head: a token, a colon right after it (no
+         * whitespace before it: RFC 9112 section 5.1), a value. Skipped without the colon, a line
+         * such as "GET /x HTTP/1.1" hid a request from this server that a front end ending the
+         * body at the last chunk would have forwarded. */
         case C_TRAILER_START:
             if (ch == '\r') c->state = C_END_LF;
-            else if (cls[ch] & C_TCHAR) c->state = C_TRAILER;
+            else if (cls[ch] & C_TCHAR) c->state = C_TRAILER_NAME;
             else return cfail(c, 400, "invalid trailer field");
+            break;
+
+        case C_TRAILER_NAME:
+            if (ch == ':') c->state = C_TRAILER;
+            else if (!(cls[ch] & C_TCHAR)) return cfail(c, 400, "invalid trailer field name");
             break;
 
         case C_TRAILER:

@@ -135,12 +135,50 @@ static void init_commons(void)
     }
 }
 
-/* Same field name (case-insensitive)? */
-static int same_name(const unsigned char *b, const h1_header *x, const h1_header *y)
+/* A keyed hash of a field name, case-insensitive (same_name). rb_memhash is SipHash with a
+ * key Ruby draws at random per process, so a client cannot pick names that collide. Names are
+ * tokens up to max_header_bytes long: hashed in lowercased pieces. Never 0 (0 marks a hash
+ * not computed yet). */
+static uint64_t name_hash(const unsigned char *name, uint32_t len)
 {
-    if (x->name_len != y->name_len) return 0;
-    for (uint32_t i = 0; i < x->name_len; i++)
-        if (lc(b[x->name_off + i]) != lc(b[y->name_off + i])) return 0;
+    unsigned char piece[64];
+    uint64_t h = len;
+    for (uint32_t at = 0; at < len; at += (uint32_t)sizeof(piece)) {
+        uint32_t n = len - at < sizeof(piece) ? len - at : (uint32_t)sizeof(piece);
+        for (uint32_t i = 0; i < n; i++) piece[i] = lc(name[at + i]);
+        h = (h * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)rb_memhash(piece, (long)n);
+    }
+    return h | 1;
+}
+
+#define NAME_PREFIX 16
+
+/*
+ * Are headers x and y the same field (names compared case-insensitively)? fill_env compares
+ * names pairwise, so a comparison must not cost a name's length: 99 distinct names of 600 bytes
+ * that differ only at their end made a head take ~100 times as long to parse as one of the
+ * same size with short names. Names of one length are compared on their first NAME_PREFIX
+ * bytes (where real names differ: accept-encoding / accept-language), then by hash
+ * (`hashes`: one per header, computed once, when first needed; once both are known, by hash
+ * alone), and in full only when the hashes are equal: in effect only for a real repeat.
+ */
+static int same_name(const unsigned char *b, const h1_header *headers, uint64_t *hashes, uint32_t x, uint32_t y)
+{
+    const h1_header *hx = &headers[x], *hy = &headers[y];
+    const unsigned char *nx = b + hx->name_off, *ny = b + hy->name_off;
+    uint32_t len = hx->name_len, prefix = len < NAME_PREFIX ? len : NAME_PREFIX;
+
+    if (len != hy->name_len) return 0;
+    if (!hashes[x] || !hashes[y]) {
+        for (uint32_t i = 0; i < prefix; i++)
+            if (lc(nx[i]) != lc(ny[i])) return 0;
+        if (len == prefix) return 1;
+        if (!hashes[x]) hashes[x] = name_hash(nx, len);
+        if (!hashes[y]) hashes[y] = name_hash(ny, len);
+    }
+    if (hashes[x] != hashes[y]) return 0;
+    for (uint32_t i = 0; i < len; i++)
+        if (lc(nx[i]) != lc(ny[i])) return 0;
     return 1;
 }
 
@@ -330,6 +368,8 @@ static void fill_env(rparser *rp, VALUE buffer, VALUE env)
     h1_parser *p = &rp->core;
     const unsigned char *b;
     VALUE stack_pairs[2 * 40], *pairs = stack_pairs, tmp = 0;
+    uint64_t stack_hashes[40], *hashes = stack_hashes; /* same_name's, 0 until computed */
+    VALUE hashes_tmp = 0;
     long npairs = 0;
 
     /* Collect key/value pairs and insert them with one rb_hash_bulk_insert:
@@ -338,6 +378,9 @@ static void fill_env(rparser *rp, VALUE buffer, VALUE env)
      * on the C stack (or a GC-marked ALLOCV buffer), so the values stay alive. */
     if ((size_t)p->nheaders + 5 > sizeof(stack_pairs) / sizeof(VALUE) / 2)
         pairs = ALLOCV_N(VALUE, tmp, 2 * ((size_t)p->nheaders + 5));
+    if (p->nheaders > sizeof(stack_hashes) / sizeof(stack_hashes[0]))
+        hashes = ALLOCV_N(uint64_t, hashes_tmp, p->nheaders);
+    memset(hashes, 0, sizeof(hashes[0]) * p->nheaders);
 #define PUT(k, v) (pairs[npairs++] = (k), pairs[npairs++] = (v))
 
     b = (const unsigned char *)RSTRING_PTR(buffer);
@@ -363,12 +406,13 @@ static void fill_env(rparser *rp, VALUE buffer, VALUE env)
         if (memchr(name, '_', h->name_len)) continue;
 
         /* Repeated fields: the first occurrence builds the joined value. The
-         * quadratic scan is mostly length compares and max_headers bounds it. */
+         * quadratic scan is mostly length compares (same_name bounds the rest) and
+         * max_headers bounds it. */
         for (j = 0; j < i; j++)
-            if (same_name(b, &p->headers[j], h)) { dup = 1; break; }
+            if (same_name(b, p->headers, hashes, j, i)) { dup = 1; break; }
         if (dup) continue;
         for (j = i + 1; j < p->nheaders; j++)
-            if (same_name(b, &p->headers[j], h)) { later = 1; break; }
+            if (same_name(b, p->headers, hashes, j, i)) { later = 1; break; }
 
         ch = find_common(name, h->name_len);
         if (ch && ch->len == 14 && memcmp(ch->name, "content-length", 14) == 0) {
@@ -382,7 +426,7 @@ static void fill_env(rparser *rp, VALUE buffer, VALUE env)
             int cookie = ch && ch->len == 6 && memcmp(ch->name, "cookie", 6) == 0;
             for (j = i + 1; j < p->nheaders; j++) {
                 const h1_header *o = &p->headers[j];
-                if (!same_name(b, o, h)) continue;
+                if (!same_name(b, p->headers, hashes, j, i)) continue;
                 rb_str_cat(val, cookie ? "; " : ", ", 2);
                 rb_str_cat(val, (const char *)b + o->value_off, (long)o->value_len);
             }
@@ -398,6 +442,7 @@ static void fill_env(rparser *rp, VALUE buffer, VALUE env)
 
     rb_hash_bulk_insert(npairs, pairs, env);
     if (tmp) ALLOCV_END(tmp);
+    if (hashes_tmp) ALLOCV_END(hashes_tmp);
     release_headers(rp);
     RB_GC_GUARD(buffer);
 }

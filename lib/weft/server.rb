@@ -29,6 +29,23 @@ module Weft
   # See docs/server.md for the connection lifecycle and the design decisions.
   class Server
     SOFTWARE = "Weft/#{VERSION}"
+    # The signals that stop a serving process (a single process, a cluster's master or worker)
+    # gracefully: in-flight requests finish within shutdown_timeout (Server#stop, Cluster). HUP
+    # among them, as in Puma: a terminal hangup signals the whole process group, and Ruby's
+    # default for HUP (an exception in the main thread) cut every request in flight and ended a
+    # master without a word in its log. Not a reload, as in nginx or Unicorn: USR1 and USR2 are.
+    GRACEFUL_STOP_SIGNALS = %w[TERM INT QUIT HUP].freeze
+
+    # Runs `handler` (a graceful stop) on GRACEFUL_STOP_SIGNALS. HUP stays ignored in a process
+    # started with it ignored (`nohup weft serve`, a supervisor that ignores it): such a server
+    # must outlive its terminal, as it did when HUP was left to Ruby, which keeps an ignored
+    # HUP ignored.
+    # @return [void]
+    def self.trap_stop_signals(&handler)
+      GRACEFUL_STOP_SIGNALS.each do |name|
+        Signal.trap(name, "IGNORE") if Signal.trap(name, &handler) == "IGNORE" && name == "HUP"
+      end
+    end
 
     # @return [Config]
     attr_reader :config

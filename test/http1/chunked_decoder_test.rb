@@ -95,6 +95,22 @@ class HTTP1ChunkedDecoderTest < Minitest::Test
     assert_reject "0\r\n Folded: x\r\n\r\n"
   end
 
+  # A trailer line is a field line (RFC 9112 section 7.1.2: name, colon, value), held to the
+  # head's rules: a line without a colon, or with whitespace before it (section 5.1: MUST be
+  # rejected), is refused rather than skipped. Skipped, "0\r\nGET /x HTTP/1.1\r\n\r\n" hid a
+  # request inside the trailer section, which a front end that ends the body at the last chunk
+  # forwards as one of its own: front end and server then disagree on how many requests the
+  # connection carried, and answers go to the wrong requests.
+  def test_trailer_lines_are_field_lines
+    assert_reject "0\r\nGET /x HTTP/1.1\r\n\r\n"
+    assert_reject "0\r\nNoColon\r\n\r\n"
+    assert_reject "0\r\nX-A : b\r\n\r\n"
+    assert_reject "0\r\nX-A\t: b\r\n\r\n"
+    assert_reject "0\r\n: b\r\n\r\n"
+    assert_reject "0\r\nX(A): b\r\n\r\n"
+    assert decode("0\r\nX-A:b\r\nX-B: c : d\r\nX-C:\r\n\r\n")[0]
+  end
+
   def test_overflow
     assert_reject "#{"f" * 16}\r\n"
     assert_reject "8000000000000000\r\n"

@@ -18,6 +18,9 @@ class ServerBadInputTest < Minitest::Test
     "differing duplicate content-length" => ["POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400],
     "invalid content-length" => ["POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400],
     "bad chunk size" => ["POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400],
+    # A trailer line without a colon is not a field line: skipped, it hid a request in the body.
+    "request in a chunked trailer" => ["POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nGET /x HTTP/1.1\r\n\r\n", 400],
+    "space before colon in a trailer" => ["POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-A : b\r\n\r\n", 400],
     "missing host" => ["GET / HTTP/1.1\r\n\r\n", 400],
     "unsupported version" => ["GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505],
     "oversize request line" => ["GET /#{'a' * 9000} HTTP/1.1\r\nHost: x\r\n\r\n", 414],

@@ -126,6 +126,52 @@ class ServerClusterTest < Minitest::Test
     end
   end
 
+  # A hangup (the terminal the server was started from goes away, which signals its whole
+  # process group; or an operator used to nginx's or Unicorn's HUP) stops the server gracefully,
+  # as TERM does, and as Puma does. Before, Ruby's default turned it into an exception in the
+  # main thread: a single process died at once, cutting the request in flight, and a master died
+  # without a line in the log (its workers, told by their master's death, drained and left).
+  def test_sighup_to_the_process_group_stops_gracefully_like_sigterm
+    [0, 2].each do |workers|
+      Dir.mktmpdir do |dir|
+        log = File.join(dir, "weft.log")
+        port = free_tcp_port
+        with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", workers.to_s, port: port, log: log) do |master|
+          eventually(15, "workers=#{workers}: all up") { worker_pids(port).size == [workers, 1].max }
+          client = Thread.new { get_body(port, "/sleep?s=1") }
+          sleep 0.3 # the request is in flight
+          Process.kill("HUP", -master) # master and workers alike, as a terminal hangup does
+          assert_match(/\A\d+\z/, client.value, "workers=#{workers}: in-flight request was cut")
+          eventually(10, "workers=#{workers}: exit after HUP") { Process.waitpid(master, Process::WNOHANG) }
+          assert_raises(Errno::ECONNREFUSED) { TCPSocket.new("127.0.0.1", port) }
+          assert_match(/stopping/i, File.read(log), "workers=#{workers}: the stop is logged") if workers.positive?
+        end
+      end
+    end
+  end
+
+  # Started with HUP ignored (`nohup weft serve`), the server outlives its terminal: HUP stays
+  # ignored, in the master and its workers, as when HUP was left to Ruby.
+  def test_sighup_stays_ignored_under_nohup
+    [0, 2].each do |workers|
+      port = free_tcp_port
+      nohup = ["-e", 'Signal.trap("HUP", "IGNORE"); exec(*ARGV)', RbConfig.ruby] # what nohup(1) does
+      pid = Process.spawn(RbConfig.ruby, *nohup, File.join(ROOT, "exe/weft"), "serve", File.join(FIXTURES, "pid.ru"),
+                          "-p", port.to_s, "-o", "127.0.0.1", "-w", workers.to_s, chdir: ROOT, out: File::NULL, err: File::NULL,
+                          pgroup: true)
+      begin
+        wait_for_port(port, pid)
+        eventually(15, "workers=#{workers}: all up") { worker_pids(port).size == [workers, 1].max }
+        Process.kill("HUP", -pid)
+        sleep 1
+        refute Process.waitpid(pid, Process::WNOHANG), "workers=#{workers}: stopped by HUP under nohup"
+        assert_match(/\A\d+\z/, get_body(port), "workers=#{workers}: not serving after HUP under nohup")
+      ensure
+        stop_process(pid)
+      end
+    end
+  end
+
   def test_a_worker_stuck_in_an_endless_loop_is_replaced_after_worker_timeout
     Dir.mktmpdir do |dir|
       log = File.join(dir, "weft.log")

@@ -85,6 +85,35 @@ class ServerRackFeaturesTest < Minitest::Test
     assert_match(/invalid character in header x-evil/, log)
   end
 
+  # A body longer than the content-length the app declared (an app passing on an upstream's
+  # headers with a body it decompressed, say) must not go out past that length: the bytes beyond
+  # it would be read by a proxy as the response to its next request on the connection (the head
+  # did not say close). They are cut, the connection closed, and the app's error logged; a body
+  # shorter than declared ends the connection too (the client sees it short).
+  def test_a_body_longer_or_shorter_than_its_content_length_is_cut_and_logged
+    app = lambda do |env|
+      body = env["PATH_INFO"] == "/long" ? ["hello", "HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nsmuggle"] : ["hello"]
+      [200, { "content-length" => env["PATH_INFO"] == "/long" ? "5" : "10" }, body]
+    end
+    log = capture_log do
+      with_server(app, lint: false) do |server, port|
+        socket = connect(port)
+        socket.write("GET /long HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = read_response(socket)
+        assert_equal "hello", response.body
+        assert closed_by_server?(socket), "bytes past the content-length were sent, or the connection kept"
+
+        socket = connect(port)
+        socket.write("GET /short HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_match(/content-length: 10\r\n/, socket.gets("\r\n\r\n"))
+        assert_equal "hello", socket.read # then the end of the stream
+        assert_equal 2, server.statistics.responses_5xx
+      end
+    end
+    assert_match(%r{GET /long .*longer than its content-length of 5}, log)
+    assert_match(%r{GET /short .*\(5 bytes\) is shorter than its content-length of 10}, log)
+  end
+
   def test_streaming_each_body_arrives_incrementally
     app = lambda do |_env|
       body = Enumerator.new do |out|

@@ -3,6 +3,7 @@
 require "tmpdir"
 require "fileutils"
 require "rbconfig"
+require_relative "../server"
 require_relative "fork_heap"
 require_relative "warmup"
 require_relative "worker_loads"
@@ -43,11 +44,12 @@ module Weft
       # Environment variables carried across a hot restart.
       LISTEN_FDS = "WEFT_LISTEN_FDS"
       OLD_WORKERS = "WEFT_OLD_WORKERS"
-      SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 CHLD].freeze
+      SIGNALS = %w[TERM INT QUIT HUP TTIN TTOU USR1 USR2 CHLD].freeze
       # The signals that stop the master: until it has loaded the app and warmed it up, they
       # keep Ruby's default (an exception where the master is, which ends it at once, its
-      # listeners closed) rather than wait for a warm-up of up to Warmup::TIMEOUT.
-      STOP_SIGNALS = %w[TERM INT QUIT].freeze
+      # listeners closed) rather than wait for a warm-up of up to Warmup::TIMEOUT. HUP is one
+      # (Server::GRACEFUL_STOP_SIGNALS says why).
+      STOP_SIGNALS = GRACEFUL_STOP_SIGNALS
 
       # @param config [Config]
       # @param loader [#call] returns the Rack app (runs in the master with preload, else in each worker)
@@ -113,10 +115,15 @@ module Weft
           @signals = []
         end
         names.each do |name|
-          Signal.trap(name) do
+          previous = Signal.trap(name) do
             @signals << name
             @signal_writer.write_nonblock(".", exception: false)
           end
+          next unless name == "HUP" && previous == "IGNORE"
+          # Started with HUP ignored (nohup): it stays ignored, in the workers too
+          # (Server.trap_stop_signals).
+          Signal.trap(name, "IGNORE")
+          @hup_ignored = true
         end
       end
 
@@ -142,7 +149,7 @@ module Weft
 
       def handle_signal(name)
         case name
-        when "TERM", "INT", "QUIT" then begin_stop
+        when *STOP_SIGNALS then begin_stop
         when "TTIN"
           @count += 1
           @log.info("TTIN: #{@count} workers")
@@ -229,7 +236,10 @@ module Weft
         @workers.each { |worker| worker.pipe&.close }
         # The master's signals mean nothing to a worker; a stray USR1/USR2/TTIN sent to the
         # whole process group must not kill (or, for TTIN, suspend) it.
-        SIGNALS.each { |name| Signal.trap(name, %w[USR1 USR2 TTIN TTOU].include?(name) ? "IGNORE" : "DEFAULT") }
+        SIGNALS.each do |name|
+          ignored = %w[USR1 USR2 TTIN TTOU].include?(name) || (name == "HUP" && @hup_ignored)
+          Signal.trap(name, ignored ? "IGNORE" : "DEFAULT")
+        end
         $PROGRAM_NAME = "weft worker #{index}#{" (#{@config[:tag]})" if @config[:tag]}"
         status = 0
         begin
@@ -240,7 +250,7 @@ module Weft
           spread = slot && AcceptSpread.new(@loads, slot)
           server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board, heartbeat: pipe,
                                             spread: spread)
-          %w[TERM INT QUIT].each { |name| Signal.trap(name) { server.stop } }
+          Server.trap_stop_signals { server.stop }
           watch_master(master, server)
           pipe.write("#{Process.pid}\n")
           server.run

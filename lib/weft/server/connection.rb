@@ -106,15 +106,22 @@ module Weft
         @closed
       end
 
-      # Starts serving a newly accepted connection (in its own task).
+      # Starts serving a newly accepted connection (in its own task). A TLS client that has
+      # sent nothing yet is parked until it does, as a silent plain connection is (#serve parks
+      # it at once): it holds no fiber meanwhile, and can be closed to admit a new client at
+      # max_connections. Its handshake waiting in the task, a TLS server full of silent clients
+      # made each new one wait for their header_timeout (tls_handshake_test.rb).
       def start
-        handshake if @tls
-        serve(@settings.first_data_timeout)
+        return serve(@settings.first_data_timeout) unless @tls
+        return @host.park(self, @settings.first_data_timeout) if @stream.peek == :none && !@host.stopping?
+        serve(@settings.first_data_timeout) if handshake
       end
 
-      # Called by the IdlePool in a new task once the parked socket is readable.
+      # Called by the IdlePool in a new task once the parked socket is readable: a TLS client's
+      # first bytes (the handshake comes first), or a request.
       def resume
-        serve(@settings.idle_timeout)
+        return serve(@settings.idle_timeout) unless @tls && !@stream.tls?
+        serve(@settings.first_data_timeout) if handshake
       end
 
       # Called by the IdlePool from the loop fiber when a parked connection stayed silent past
@@ -252,7 +259,7 @@ module Weft
           keep_alive = serve_one
           return if @detached # hijacked: the socket is the app's now
           return if keep_alive == :parked # the rest of a head will wake it up
-          return close unless keep_alive
+          return hang_up unless keep_alive
           # Timers.now inlined: one Ruby call fewer per request.
           @idle_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           # True at once while a pipelined request is buffered: they are answered in order.
@@ -447,14 +454,29 @@ module Weft
         nil
       end
 
-      # Reads and drops what the client still sends after an error answer cut its request body
-      # short (413, a body that could not be stored, a malformed chunk), before the connection
-      # is closed. Closed at once, a socket with unread bytes (or bytes still arriving) makes the
-      # kernel send a reset, and a reset can destroy the answer before the client has read it
-      # (RFC 9112 section 9.6): the client would see "connection reset" instead of the 413. On
-      # plain TCP the server's side is shut down first, so the client sees the answer end, then
-      # its body is taken, for at most LINGER_SECONDS and LINGER_BYTES (a client that sends on
-      # regardless costs one waiting fiber that long). Never raises.
+      # Ends the connection after its last response (one that said `connection: close`, or an
+      # error answer). When the client has sent more than the server read (requests pipelined
+      # behind one that closes the connection, the rest of a head or body refused), the rest is
+      # taken first (#linger): a socket closed with unread bytes, or receiving more after the
+      # close, makes the kernel send a reset, which throws away whatever of the response the
+      # server's side had not sent yet (an 8 MB response lost its last 3 MB that way,
+      # test/server/closing_test.rb). A client that sent nothing more is closed at once, as
+      # nginx does (its `lingering_close on`): checking costs one peek.
+      # @return [nil]
+      def hang_up
+        return close if @closed || (@stream.buffer.empty? && @stream.peek != :data)
+        linger
+      end
+
+      # Reads and drops what the client still sends after the last response, then closes the
+      # connection (#hang_up; after an error answer cut a request body short, read_body calls it
+      # itself: a 413, a body that could not be stored, a malformed chunk). Closed at once, a
+      # socket with unread bytes (or bytes still arriving) makes the kernel send a reset, and a
+      # reset can destroy the answer before the client has read it (RFC 9112 section 9.6): the
+      # client would see "connection reset" instead of the 413. On plain TCP the server's side
+      # is shut down first, so the client sees the answer end, then what it sends is taken, for
+      # at most LINGER_SECONDS and LINGER_BYTES (a client that sends on regardless costs one
+      # waiting fiber that long). Never raises.
       # @return [nil] (read_body's "no input")
       def linger
         @socket.shutdown(Socket::SHUT_WR) unless @tls
@@ -467,10 +489,24 @@ module Weft
         nil
       rescue ClientGone, ClientTimeout, IOError, SystemCallError, OpenSSL::SSL::SSLError
         nil
+      ensure
+        close
       end
 
+      # The TLS handshake, within header_timeout. A client that does not complete it (stalled,
+      # gone, speaking plain HTTP to the TLS port) is closed: its failure used to escape the task
+      # with the socket open and the connection counted for good, so that max_connections port
+      # scans left a TLS server accepting no one (test/server/tls_handshake_test.rb).
+      # @return [Boolean] whether the connection speaks TLS now
       def handshake
         @stream.accept_tls(@listener.ssl_context, Weft::Deadline.after(@settings.header_timeout))
+        true
+      rescue ClientGone, ClientTimeout
+        close
+        false
+      rescue Exception # rubocop:disable Lint/RescueException
+        close
+        raise
       end
 
       RACK_INPUT = "rack.input"

@@ -42,7 +42,7 @@ module Weft
       def run_single
         app = load_app
         server = Server.new(app, @config)
-        %w[TERM INT QUIT].each { |name| Signal.trap(name) { server.stop } }
+        Server.trap_stop_signals { server.stop }
         File.write(@config[:pidfile], "#{Process.pid}\n") if @config[:pidfile]
         Weft.logger.info("weft #{VERSION} (single process #{Process.pid}) listening on #{server.bound_urls.join(', ')}") unless @config[:quiet]
         @config.run_hooks(:after_worker_boot, 0)

@@ -20,6 +20,13 @@ module Weft
         include Weft::Error
       end
 
+      # The body is longer or shorter than the content-length the app declared (found while it
+      # is sent, so the head is out): what was sent ends at the declared length at most, and
+      # the connection is closed.
+      class LengthMismatch < StandardError
+        include Weft::Error
+      end
+
       STATUS_LINES = Hash.new do |lines, status|
         reason = Rack::Utils::HTTP_STATUS_CODES[status] || "Status #{status}"
         lines[status] = "HTTP/1.1 #{status} #{reason}\r\n".b.freeze
@@ -167,14 +174,31 @@ module Weft
           connection.write(LAST_CHUNK)
         else
           connection.write(head)
-          written = 0
-          body.each do |chunk|
-            written += chunk.bytesize
-            connection.write(chunk)
-          end
-          keep_alive = false if length && written != length # framing broken: the client must not reuse it
+          write_body(connection, body, length)
         end
         keep_alive
+      end
+
+      # Writes an `each` body (an Array one when the app set the content-length itself). With a
+      # declared length, nothing goes out past it: the bytes beyond would be read by a client or
+      # proxy as the start of the next response on the connection (the head did not say close),
+      # which is how an app that passes on an upstream's content-length with a body of another
+      # length (decompressed, say) turns into response smuggling. A body of the wrong length
+      # raises LengthMismatch once what fits is written, so that RackAdapter logs the app's error
+      # and closes the connection.
+      # @raise [LengthMismatch]
+      def write_body(connection, body, length)
+        written = 0
+        body.each do |chunk|
+          if length && written + chunk.bytesize > length
+            connection.write(chunk.byteslice(0, length - written))
+            raise LengthMismatch, "the body is longer than its content-length of #{length}"
+          end
+          written += chunk.bytesize
+          connection.write(chunk)
+        end
+        return if length.nil? || written == length
+        raise LengthMismatch, "the body (#{written} bytes) is shorter than its content-length of #{length}"
       end
 
       def write_parts(connection, head, parts, length)

@@ -91,9 +91,11 @@ module Weft
         [response, socket]
       end
 
-      # @return [Boolean] whether the server closed the socket (EOF within `within` seconds)
+      # @return [Boolean] whether the server closed the socket (EOF or a reset within `within`
+      #   seconds; bytes still to read, or nothing at all in that time, are not a close: a socket
+      #   the server left open and silent used to count as closed)
       def closed_by_server?(socket, within: 2)
-        return true unless socket.wait_readable(within)
+        return false unless socket.wait_readable(within)
         socket.read_nonblock(1).nil?
       rescue EOFError, Errno::ECONNRESET
         true
