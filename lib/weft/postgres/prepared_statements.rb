@@ -1,0 +1,369 @@
+# frozen_string_literal: true
+
+require "pg"
+
+module Weft
+  module Postgres
+    # The named prepared statements of one connection: which statement texts the pool has
+    # prepared on it, under which names, and which texts it has seen once and will prepare the
+    # next time they come. Pool#query sends a text it has seen before on the same connection as
+    # a named statement (Bind/Execute only, no Parse), so the server parses and plans it once
+    # per connection instead of once per call: half of what the server spends on a short
+    # statement (bench/results/postgres-ruby-3.3.md, 2026-12-07).
+    #
+    #   statements = PreparedStatements.new(256)
+    #   statements.lookup("select 1", [], 0)  # => nil: first time, sent unnamed, remembered
+    #   statements.lookup("select 1", [], 0)  # => :prepare: the caller Parses it (#prepare)
+    #   statements.lookup("select 1", [], 0)  # => the Statement, once its Parse was sent
+    #
+    # A text is prepared only after it ran once unnamed, so that a text's first errors reach its
+    # caller as they would without the cache, and texts that never come again (SQL with its
+    # values written in, as ActiveRecord sends with prepared statements off) cost no Parse and
+    # no server memory. What a text that never comes again does cost is a look-up and a place in
+    # the table of texts seen (bounded: SEEN_PER_STATEMENT times `limit`, emptied of them when
+    # full).
+    #
+    # Names start with PREFIX and a number that never repeats on the connection, so a name is
+    # never taken twice even when this table is wrong about the server (a user's DEALLOCATE ALL
+    # on a pinned connection), and a user's own PREPAREd names do not meet them.
+    #
+    # Bounded to `limit` statements: preparing one more evicts the least recently used (an
+    # approximation, CLOCK: each statement has a bit set when used, and the eviction passes over
+    # those with the bit, clearing it, to the first without). An evicted statement (and one
+    # dropped after 0A000, which still exists on the server) is deallocated by a DEALLOCATE sent
+    # before the next statement prepared (#doomed), in the same segment, whose result is read in
+    # order (libpq before 17 has no Close, and pg 1.7 does not send one in pipeline mode).
+    #
+    # Frozen texts are looked up by identity first (an application's SQL literals are the same
+    # String on every call; a look-up by identity does not hash the text), others by their
+    # content. Texts longer than TEXT_MAX bytes are never prepared nor remembered: hashing them
+    # costs, they would stay in memory here, and they are mostly one-off (a bulk insert's VALUES).
+    #
+    # Parameters are sent as text with no type (pg's default type map for queries,
+    # PG::TypeMapAllStrings), so the server infers their types from the text alone, the same at
+    # every call of it, named or not: a text's statement fits every call of it. A call with
+    # typed parameters (a Hash with `type:`), or on a connection with another type map for
+    # queries (whose encoders choose types by the values' classes), is sent unnamed (#lookup):
+    # a statement prepared for one set of types must not be bound to another.
+    #
+    # Everything here runs under whoever holds the connection: the pool's lock for a shared one,
+    # its one fiber for a pinned one.
+    class PreparedStatements
+      # What every name starts with.
+      PREFIX = "weft_ps_"
+      # Statements kept per connection unless the pool is told otherwise (Pool.new's
+      # `prepared_statements:`): pgjdbc's preparedStatementCacheQueries (asyncpg keeps 100,
+      # ActiveRecord 1000).
+      DEFAULT_LIMIT = 256
+      # Bytes of a text that is prepared, at most (as StatementScope's ROLE_TEXT_MAX).
+      TEXT_MAX = 4096
+      # Texts seen once are remembered up to this many times `limit` (at least MIN_SEEN).
+      SEEN_PER_STATEMENT = 4
+      # Texts seen once are remembered up to at least this many.
+      MIN_SEEN = 256
+      # SQLSTATE invalid_sql_statement_name: the named statement does not exist (a user's
+      # DEALLOCATE ALL or DISCARD ALL on a pinned connection).
+      NO_SUCH_STATEMENT = "26000"
+      # SQLSTATE feature_not_supported, which a named statement meets as "cached plan must not
+      # change result type" after a schema change (ALTER TABLE) changed what it returns.
+      PLAN_CHANGED = "0A000"
+      # SQLSTATE query_canceled.
+      CANCELED = "57014"
+
+      # Marks a text seen once in the table (the next call prepares it).
+      SEEN = :seen
+      # Marks a text whose Parse failed: sent unnamed from then on (while remembered).
+      REFUSED = :refused
+      private_constant :SEEN, :REFUSED
+
+      # One named statement: its name, the text it was prepared from (the table's key), whether
+      # its Parse came back (:pending until then; :ready; :gone once dropped), the pipeline
+      # segment its Parse was sent in (a statement pending is used only in the same segment:
+      # had its Parse failed, a later segment's Bind would fail on its own) and CLOCK's bit.
+      class Statement
+        # @return [String]
+        attr_reader :name
+        # @return [String] the table's key
+        attr_reader :text
+        # @return [Symbol] :pending, :ready or :gone
+        attr_accessor :state
+        # @return [Integer, nil]
+        attr_reader :segment
+        # @return [Boolean] used since the eviction last passed over it
+        attr_accessor :used
+
+        def initialize(name, text, segment)
+          @name = name
+          @text = text
+          @segment = segment
+          @state = :pending
+          @used = false
+        end
+      end
+
+      # @return [Integer] statements kept at most
+      attr_reader :limit
+      # @return [Integer] statements prepared on the connection (Parses sent), in all
+      attr_reader :prepares
+
+      # @param limit [Integer] statements kept at most (positive)
+      def initialize(limit)
+        raise ArgumentError, "limit must be a positive Integer" unless limit.is_a?(Integer) && limit.positive?
+        @limit = limit
+        @seen_limit = [limit * SEEN_PER_STATEMENT, MIN_SEEN].max
+        @table = {}                        # text => Statement, SEEN or REFUSED, oldest first
+        @by_identity = {}.compare_by_identity # frozen text => Statement (a shortcut to @table)
+        @count = 0    # Statements in @table
+        @seen = 0     # SEEN and REFUSED marks in @table
+        @serial = 0   # the last name's number
+        @prepares = 0
+        @doomed = []  # names to deallocate, before the next Parse
+      end
+
+      # @return [Integer] named statements kept (pending or ready)
+      def size
+        @count
+      end
+
+      # @return [Array<String>] names to DEALLOCATE before the next statement prepared
+      attr_reader :doomed
+
+      # What to do with a statement: send it as a named statement already prepared (or whose
+      # Parse is pending in the same pipeline segment: it comes first, and if it fails the
+      # segment is rolled back with it), prepare it (:prepare: it ran once unnamed), or send it
+      # unnamed (nil: the first time, or it cannot be prepared; remembered then).
+      # @param sql [String]
+      # @param params [Array]
+      # @param segment [Integer, nil] the pipeline segment being built (nil: plain mode)
+      # @param raw [PG::Connection] for its type map for queries, when params are given
+      # @return [Statement, Symbol, nil]
+      def lookup(sql, params, segment, raw)
+        return nil unless params.empty? || untyped?(params, raw)
+        if sql.frozen? && (statement = @by_identity[sql])
+          return usable(statement, segment) unless statement.state.equal?(:gone)
+          @by_identity.delete(sql)
+        end
+        found = @table[sql]
+        if found.nil?
+          remember(sql)
+        elsif found.equal?(SEEN)
+          :prepare
+        elsif found.equal?(REFUSED)
+          nil
+        else
+          @by_identity[sql] = found if sql.frozen? && @by_identity.size < @limit * 2
+          usable(found, segment)
+        end
+      end
+
+      # A new named statement for `sql` (whose #lookup said :prepare), kept from now on as
+      # pending; room made for it first (#evict, whose victims join #doomed). The caller sends
+      # #doomed's DEALLOCATEs (then clears it), the Parse, and reports the Parse's result
+      # (#parsed).
+      # @return [Statement]
+      def prepare(sql, segment)
+        while @count >= @limit
+          break unless evict # every statement is pending: the table grows past its bound this once
+        end
+        @serial += 1
+        @prepares += 1
+        statement = Statement.new("#{PREFIX}#{@serial}", sql.frozen? ? sql : sql.dup.freeze, segment)
+        @seen -= 1 if @table[statement.text].equal?(SEEN)
+        @table[statement.text] = statement
+        @count += 1
+        statement
+      end
+
+      # The Parse of `statement` came back (in order, in the pipeline or in plain mode) with
+      # `result`: ready when it succeeded (a named statement outlives a rollback of the
+      # segment it was made in: it is not transactional), dropped otherwise. A text whose Parse
+      # failed is sent unnamed from then on (so that its error is its caller's, as the unnamed
+      # statement's), unless a cancel request ended it (meant for another statement, maybe)
+      # or the Parse was skipped (an earlier statement of its segment failed), when the next
+      # call prepares it again.
+      # @param status [Integer] the result's status
+      # @param code [String, nil] its SQLSTATE
+      def parsed(statement, status, code)
+        if status == PG::PGRES_COMMAND_OK
+          statement.state = :ready unless statement.state.equal?(:gone)
+        else
+          drop(statement, status == PG::PGRES_FATAL_ERROR && code != CANCELED ? REFUSED : SEEN)
+        end
+      end
+
+      # A DEALLOCATE came back: when it was skipped (an earlier statement of its segment failed)
+      # it is sent again with the next Parse. (One that failed found the statement gone: a
+      # DEALLOCATE is not transactional either, so what it did stays.)
+      # @param name [String]
+      # @param status [Integer] its result's status
+      def deallocated(name, status)
+        @doomed << name if status == PG::PGRES_PIPELINE_ABORTED
+      end
+
+      # Whether a named statement's error is the cache's, not the caller's: the statement does
+      # not exist (26000: a user's DEALLOCATE ALL or DISCARD ALL) or its plan cannot serve the
+      # schema any more (0A000 "cached plan must not change result type"). It is dropped then
+      # (and deallocated, in the second case), and the caller's statement is to be sent again
+      # unnamed; the next call prepares it again.
+      # @param result [PG::Result, nil] the failed result
+      # @return [Boolean]
+      def invalidated?(statement, result)
+        return false if result.nil?
+        code = result.error_field(PG::PG_DIAG_SQLSTATE)
+        if code == NO_SUCH_STATEMENT
+          drop(statement, SEEN)
+        elsif code == PLAN_CHANGED && result.error_message.include?("cached plan")
+          @doomed << statement.name unless statement.state.equal?(:gone)
+          drop(statement, SEEN)
+        else
+          return false
+        end
+        true
+      end
+
+      # Forgets every statement and text: the session's statements were deallocated (DISCARD
+      # ALL).
+      def clear
+        @table.each_value { |value| value.state = :gone if value.is_a?(Statement) }
+        @table.clear
+        @by_identity.clear
+        @doomed.clear
+        @count = 0
+        @seen = 0
+      end
+
+      # Plain mode (a connection of the caller's own, outside a transaction block): runs the
+      # statement as #lookup says, preparing it with a round trip of its own the second time,
+      # and answers 26000 and 0A000 by running it unnamed (outside a transaction block the
+      # failed Bind leaves nothing to roll back).
+      # @param raw [PG::Connection] in plain mode, idle
+      # @return [PG::Result]
+      def exec(raw, sql, params)
+        deallocate_doomed(raw) unless @doomed.empty?
+        found = lookup(sql, params, nil, raw)
+        found = prepare_plain(raw, sql) if found.equal?(:prepare)
+        if found
+          begin
+            return raw.exec_prepared(found.name, params)
+          rescue PG::Error => e
+            raise unless invalidated?(found, e.result)
+          end
+        end
+        raw.exec_params(sql, params)
+      end
+
+      private
+
+      # A statement pending is used only in the segment its Parse is in.
+      def usable(statement, segment)
+        return nil if statement.state.equal?(:pending) && statement.segment != segment
+        statement.used = true
+        statement
+      end
+
+      # Whether every parameter goes as untyped text: no Hash with a type, and the connection
+      # encodes with pg's default type map for queries.
+      def untyped?(params, raw)
+        return false unless raw.type_map_for_queries.is_a?(PG::TypeMapAllStrings)
+        params.none?(Hash)
+      end
+
+      # A text seen for the first time: remembered, unless too long.
+      # @return [nil] (sent unnamed)
+      def remember(sql)
+        return nil if sql.bytesize > TEXT_MAX
+        forget_seen if @seen >= @seen_limit
+        @table[sql] = SEEN
+        @seen += 1
+        nil
+      end
+
+      # Drops every text seen once (but not the statements): texts that never come again are
+      # not kept for ever. A text that does come again is seen afresh.
+      def forget_seen
+        @table.delete_if { |_, value| !value.is_a?(Statement) }
+        @seen = 0
+      end
+
+      # Takes a statement out of the table (if it is still there), leaving `mark` (SEEN,
+      # REFUSED) for its text in its place, if given.
+      def drop(statement, mark = nil)
+        return if statement.state.equal?(:gone)
+        statement.state = :gone
+        @count -= 1
+        text = statement.text
+        return unless @table[text].equal?(statement)
+        @table.delete(text)
+        return unless mark
+        @table[text] = mark
+        @seen += 1
+      end
+
+      # Evicts one ready statement: the first, oldest first, not used since the eviction last
+      # passed over it (those passed over go to the end, their bits cleared; if all were used,
+      # the oldest). Statements pending are not evicted (their Parse may yet fail, and the
+      # DEALLOCATE with it). Its name joins #doomed.
+      # @return [Boolean] false when every statement is pending
+      def evict
+        victim = nil
+        passed = []
+        @table.each_value do |value|
+          next unless value.is_a?(Statement) && value.state.equal?(:ready)
+          unless value.used
+            victim = value
+            break
+          end
+          passed << value
+        end
+        passed.each do |statement|
+          statement.used = false
+          @table.delete(statement.text)
+          @table[statement.text] = statement
+        end
+        victim ||= passed.first or return false
+        @doomed << victim.name
+        drop(victim)
+        true
+      end
+
+      # Plain mode: the Parse in a round trip of its own. Interrupted, the statement may or may
+      # not exist on the server: its name is deallocated before the next Parse.
+      # @return [Statement, nil] nil when the Parse failed (the statement is sent unnamed)
+      def prepare_plain(raw, sql)
+        statement = prepare(sql, nil)
+        deallocate_doomed(raw) # room made for it
+        done = false
+        begin
+          raw.prepare(statement.name, sql)
+          done = true
+          parsed(statement, PG::PGRES_COMMAND_OK, nil)
+          statement
+        rescue PG::Error => e
+          done = true
+          parsed(statement, PG::PGRES_FATAL_ERROR, e.result&.error_field(PG::PG_DIAG_SQLSTATE))
+          raise if raw.status != PG::CONNECTION_OK
+          nil
+        ensure
+          unless done
+            drop(statement)
+            @doomed << statement.name
+          end
+        end
+      end
+
+      # Plain mode: deallocates the statements evicted or dropped (one that is gone already
+      # answers 26000, which is what was wanted).
+      def deallocate_doomed(raw)
+        until @doomed.empty?
+          name = @doomed.first
+          begin
+            raw.exec("DEALLOCATE #{name}")
+          rescue PG::Error => e
+            raise if raw.status != PG::CONNECTION_OK || e.result&.error_field(PG::PG_DIAG_SQLSTATE) != NO_SUCH_STATEMENT
+          end
+          @doomed.shift
+        end
+      end
+    end
+  end
+end
