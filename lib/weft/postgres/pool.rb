@@ -213,7 +213,8 @@ module Weft
         unless @pipelining
           return with do
             synchronize { @queries += 1 }
-            exec_plain(pinned, sql, params)
+            connection = pinned
+            exec_plain(connection, plain_statement(connection, sql, params), sql, params)
           end
         end
         # A setting or the end of the transaction (role :setting or :end) goes in a segment of
@@ -751,8 +752,12 @@ module Weft
       def run_alone(connection, sql, params)
         clean = false
         Trace.event(:alone, connection) if Trace::ON
-        started = Timers.now
-        result = interruptible(ANYWHERE) { exec_plain(connection, sql, params) }
+        started = nil
+        result = interruptible(ANYWHERE) do
+          statement = plain_statement(connection, sql, params)
+          started = Timers.now # after the Parse's round trip, if any: ServerTime takes one wait
+          exec_plain(connection, statement, sql, params)
+        end
         clean = true
         # When the reactor cannot tell, the statement counts as short (the pool's bias).
         ready = ServerTime.ready_after(started)
@@ -773,7 +778,7 @@ module Weft
       # to the connection when the pin ends.
       def run_pinned(connection, sql, params)
         synchronize { @queries += 1 }
-        exec_plain(connection, sql, params)
+        exec_plain(connection, plain_statement(connection, sql, params), sql, params)
       rescue Exception # rubocop:disable Lint/RescueException
         begin
           stop_running(connection.raw, Deadline.after(RESET_GRACE))
@@ -820,19 +825,24 @@ module Weft
         nil # the block's own error says more
       end
 
-      # A statement on a connection in plain mode held by the caller: as a named statement if
-      # the pool prepares them (PreparedStatements#exec) and no transaction block is open on
-      # the connection. Inside one, a named statement's failure (0A000 after a schema change,
-      # 26000 after a DEALLOCATE ALL) would abort the transaction, and sending the statement
-      # again unnamed could not hide it from the caller: statements there go unnamed.
-      def exec_plain(connection, sql, params)
-        raw = connection.raw
+      # The named statement a statement on a connection in plain mode held by the caller runs
+      # as (PreparedStatements#plain_statement), prepared now if need be; nil (unnamed) when
+      # the pool prepares none or a transaction block is open on the connection. Inside one, a
+      # named statement's failure (0A000 after a schema change, 26000 after a DEALLOCATE ALL)
+      # would abort the transaction, and sending the statement again unnamed could not hide
+      # it from the caller: statements there go unnamed.
+      # @return [PreparedStatements::Statement, nil]
+      def plain_statement(connection, sql, params)
         statements = connection.statements
-        if statements && raw.transaction_status == PG::PQTRANS_IDLE
-          statements.exec(raw, sql, params)
-        else
-          raw.exec_params(sql, params)
-        end
+        return nil unless statements && connection.raw.transaction_status == PG::PQTRANS_IDLE
+        statements.plain_statement(connection.raw, sql, params)
+      end
+
+      # Runs a statement on a connection in plain mode held by the caller, as `statement`
+      # (#plain_statement) or unnamed.
+      def exec_plain(connection, statement, sql, params)
+        return connection.raw.exec_params(sql, params) unless statement
+        connection.statements.exec(connection.raw, statement, sql, params)
       end
 
       # The option of .new: false, nil or 0 for none, true for the default.

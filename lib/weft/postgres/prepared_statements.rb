@@ -160,10 +160,11 @@ module Weft
       # pending; room made for it first (#evict, whose victims join #doomed). The caller sends
       # #doomed's DEALLOCATEs (then clears it), the Parse, and reports the Parse's result
       # (#parsed).
-      # @return [Statement]
+      # @return [Statement, nil] nil when there is no room: every statement kept is pending
+      #   (the text is sent unnamed, and prepared on a later call)
       def prepare(sql, segment)
         while @count >= @limit
-          break unless evict # every statement is pending: the table grows past its bound this once
+          return nil unless evict
         end
         @serial += 1
         @prepares += 1
@@ -232,21 +233,31 @@ module Weft
         @seen = 0
       end
 
-      # Plain mode (a connection of the caller's own, outside a transaction block): runs the
-      # statement as #lookup says, preparing it with a round trip of its own the second time,
-      # and answers 26000 and 0A000 by running it unnamed (outside a transaction block the
-      # failed Bind leaves nothing to roll back).
+      # Plain mode (a connection of the caller's own, outside a transaction block): the named
+      # statement to run the statement as (#exec), as #lookup says, prepared with a round trip
+      # of its own if this is the text's second time (after the DEALLOCATEs of those evicted
+      # or dropped); nil: run it unnamed. Apart from #exec so that the caller can time the
+      # statement's own round trip (ServerTime takes one wait).
       # @param raw [PG::Connection] in plain mode, idle
-      # @return [PG::Result]
-      def exec(raw, sql, params)
+      # @return [Statement, nil]
+      def plain_statement(raw, sql, params)
         deallocate_doomed(raw) unless @doomed.empty?
         found = lookup(sql, params, nil, raw)
-        found = prepare_plain(raw, sql) if found.equal?(:prepare)
-        if found
+        found.equal?(:prepare) ? prepare_plain(raw, sql) : found
+      end
+
+      # Plain mode: runs the statement as `statement` (#plain_statement), or unnamed when nil
+      # or when the named statement turns out gone (26000) or stale (0A000): outside a
+      # transaction block its failed Bind leaves nothing to roll back.
+      # @param raw [PG::Connection] in plain mode, idle
+      # @param statement [Statement, nil]
+      # @return [PG::Result]
+      def exec(raw, statement, sql, params)
+        if statement
           begin
-            return raw.exec_prepared(found.name, params)
+            return raw.exec_prepared(statement.name, params)
           rescue PG::Error => e
-            raise unless invalidated?(found, e.result)
+            raise unless invalidated?(statement, e.result)
           end
         end
         raw.exec_params(sql, params)
@@ -330,7 +341,7 @@ module Weft
       # not exist on the server: its name is deallocated before the next Parse.
       # @return [Statement, nil] nil when the Parse failed (the statement is sent unnamed)
       def prepare_plain(raw, sql)
-        statement = prepare(sql, nil)
+        statement = prepare(sql, nil) or return nil
         deallocate_doomed(raw) # room made for it
         done = false
         begin
