@@ -36,7 +36,9 @@ class PostgresPreparedStatementsTest < Minitest::Test
   def test_repeated_texts_are_prepared_and_unique_ones_never_pipelined
     db = pool(limit: 1)
     reactor do
-      values = pipelined(db) { |fiber, i| db.query(i.even? ? REPEATED : "select #{(fiber * 10) + i} as unique_text").getvalue(0, 0) }
+      values = pipelined(db) do |fiber, i|
+        db.query(i.even? ? REPEATED : "select #{(fiber * 10) + i} as unique_text").getvalue(0, 0)
+      end
       values.each_with_index do |row, fiber|
         assert_equal ["42", ((fiber * 10) + 1).to_s, "42", ((fiber * 10) + 3).to_s], row
       end

@@ -336,10 +336,10 @@ module Weft
       def prelude_result(request, result)
         item = request.prelude[0]
         status = result.result_status
+        code = result.error_field(PG::PG_DIAG_SQLSTATE) if status == PG::PGRES_FATAL_ERROR
         if item.is_a?(String)
-          @statements.deallocated(item, status)
+          @statements.deallocated(item, status, code)
         else
-          code = result.error_field(PG::PG_DIAG_SQLSTATE) if status == PG::PGRES_FATAL_ERROR
           @statements.parsed(item, status, code)
         end
         unless SUCCEEDED.include?(status)

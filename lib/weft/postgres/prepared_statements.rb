@@ -205,12 +205,14 @@ module Weft
       end
 
       # A DEALLOCATE came back: when it was skipped (an earlier statement of its segment failed)
-      # it is sent again with the next Parse. (One that failed found the statement gone: a
-      # DEALLOCATE is not transactional either, so what it did stays.)
+      # or cancelled (a cancel request meant for another statement may land on it), it is sent
+      # again with the next statement. (One that failed otherwise found the statement gone; a
+      # DEALLOCATE is not transactional, so what one did stays when its segment rolls back.)
       # @param name [String]
       # @param status [Integer] its result's status
-      def deallocated(name, status)
-        @doomed << name if status == PG::PGRES_PIPELINE_ABORTED
+      # @param code [String, nil] its SQLSTATE
+      def deallocated(name, status, code)
+        @doomed << name if status == PG::PGRES_PIPELINE_ABORTED || code == CANCELED
       end
 
       # Whether a named statement's error is the cache's, not the caller's: the statement does
