@@ -141,8 +141,11 @@ class PostgresPreparedStatementsTest < Minitest::Test
     end
   end
 
+  # Eight texts over a bound of four, every fourth statement failing: Parses skipped (an earlier
+  # statement of their segment failed), Parses that succeeded in segments rolled back after
+  # them, DEALLOCATEs skipped and sent again (~30, ~100 and ~30 of each in a run).
   def test_failures_in_segments_with_a_parse_leave_the_table_right
-    db = pool(limit: 1)
+    db = pool(limit: 1, prepared_statements: 4)
     texts = Array.new(8) { |i| "select #{i} + $1::int as n" }
     reactor do
       outcomes = pipelined(db, count: 60, times: 6) do |fiber, i|
@@ -164,9 +167,10 @@ class PostgresPreparedStatementsTest < Minitest::Test
       named = ours(server_statements(db))
       assert_equal named.size, named.values.uniq.size, "a text prepared twice (the table lost one): #{named}"
       assert_equal db.statistics[:prepared], named.size, "the table and the server disagree"
-      assert_operator named.size, :>=, 6
-      # Every statement the table holds is usable: no 26000 fallback needed for any.
-      texts.each { |text| db.query(text, "1") }
+      assert_includes 1..4, named.size
+      # Every statement the table holds is usable: none falls back (a 26000 would prepare it
+      # again, under a new name).
+      named.each_value { |text| db.query(text, "1") }
       assert_equal named, ours(server_statements(db))
     end
   end
