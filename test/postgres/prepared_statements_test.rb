@@ -207,6 +207,23 @@ class PostgresPreparedStatementsTest < Minitest::Test
     end
   end
 
+  def test_a_connection_replaced_after_its_backend_died_starts_with_none
+    db = pool(limit: 1)
+    reactor do
+      2.times { db.query(REPEATED) }
+      pid = db.query("select pg_backend_pid()").getvalue(0, 0)
+      assert_equal 1, db.statistics[:prepared]
+      PG.connect(postgres.conninfo) { |admin| admin.exec_params("select pg_terminate_backend($1)", [pid]) }
+      sleep 0.05 # past JUST_USED: the pool looks at the idle connection, finds it dead, opens another
+      assert_equal "42", db.query(REPEATED).getvalue(0, 0) # seen once on the new connection
+      refute_equal pid, db.query("select pg_backend_pid()").getvalue(0, 0)
+      assert_equal 0, db.statistics[:prepared]
+      db.query(REPEATED)
+      assert_equal [REPEATED], ours(server_statements(db)).values
+      assert_equal 1, db.statistics[:prepared]
+    end
+  end
+
   def test_statements_in_a_transaction_block_go_unnamed
     db = pool(limit: 1)
     reactor do
