@@ -33,6 +33,16 @@ module Weft
     # transaction with others (a deadlock, a lock timeout, a statement that cannot run in a
     # transaction block) is not the statement's own: it is sent again in a segment of its own.
     #
+    # A statement whose text the connection has seen before goes as a named prepared statement
+    # (PreparedStatements): Bind/Execute of its name, after its Parse the first time, in the same
+    # segment, and after the DEALLOCATEs of statements evicted or dropped. Those go before it on
+    # its behalf (its prelude, Request#prelude) and their results are read first, in order: the
+    # table learns from them whether the statement exists (a named statement, and a DEALLOCATE,
+    # outlive the rollback of their segment; one skipped after an earlier failure did nothing).
+    # A prelude that failed rolls the segment back like any failing statement; its statement is
+    # sent again unnamed, and so is one whose named statement is gone (26000) or no longer fits
+    # the schema (0A000): the caller sees neither (#retry?).
+    #
     # There is no background reader. Whichever waiter finds nobody reading becomes the reader:
     # it reads results in order, settles the requests of each segment at its sync point and wakes
     # their waiters, and when its own request is settled (or it is cancelled) it hands the role to the
