@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "pg"
+require_relative "statement_scope"
 
 module Weft
   module Postgres
@@ -159,7 +160,7 @@ module Weft
         if found.nil?
           remember(key)
         elsif found.equal?(SEEN)
-          :prepare
+          preparable?(sql, key) ? :prepare : nil
         elsif found.equal?(REFUSED)
           nil
         elsif found.text == sql
@@ -278,6 +279,16 @@ module Weft
       end
 
       private
+
+      # Whether a text seen again is to be prepared: not one that changes the session
+      # (StatementScope#session_state?: a DEALLOCATE or DISCARD among them would drop the
+      # statements the table holds, its own included, while running as one of them). Asked once
+      # per text and connection; a text refused is marked so.
+      def preparable?(sql, key)
+        return true unless StatementScope.session_state?(sql)
+        @table[key] = REFUSED
+        false
+      end
 
       # A statement pending is used only in the segment its Parse is in.
       def usable(statement, segment)
