@@ -209,6 +209,19 @@ class PostgresPreparedStatementsTest < Minitest::Test
       end
       assert_equal 25, db.query(sql, "5").ftype(0)
       assert_equal [sql], ours(server_statements(db)).values
+      # A type map that encodes as untyped text (Sequel's) keeps the statement named.
+      untyped = PG::TypeMapByClass.new
+      untyped[Integer] = PG::TextEncoder::Integer.new
+      db.with do |conn|
+        conn.type_map_for_queries = untyped
+        3.times do |i|
+          result = db.query("select $1 as w", i)
+          assert_equal [25, i.to_s], [result.ftype(0), result.getvalue(0, 0)]
+        end
+      ensure
+        conn.type_map_for_queries = PG::TypeMapAllStrings.new
+      end
+      assert_equal ["select $1 as v", "select $1 as w"], ours(server_statements(db)).values.sort
     end
   end
 

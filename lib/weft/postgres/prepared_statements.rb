@@ -48,11 +48,12 @@ module Weft
     # costs, they would stay in memory here, and they are mostly one-off (a bulk insert's VALUES).
     #
     # Parameters are sent as text with no type (pg's default type map for queries,
-    # PG::TypeMapAllStrings), so the server infers their types from the text alone, the same at
-    # every call of it, named or not: a text's statement fits every call of it. A call with
-    # typed parameters (a Hash with `type:`), or on a connection with another type map for
-    # queries (whose encoders choose types by the values' classes), is sent unnamed (#lookup):
-    # a statement prepared for one set of types must not be bound to another.
+    # PG::TypeMapAllStrings, or one that encodes as text of no type too: #untyped_map?), so the
+    # server infers their types from the text alone, the same at every call of it, named or
+    # not: a text's statement fits every call of it. A call with typed parameters (a Hash with
+    # `type:`), or on a connection with a type map for queries that sends types (chosen by the
+    # values' classes), is sent unnamed (#lookup): a statement prepared for one set of types
+    # must not be bound to another.
     #
     # Everything here runs under whoever holds the connection: the pool's lock for a shared one,
     # its one fiber for a pinned one.
@@ -130,6 +131,7 @@ module Weft
         @serial = 0   # the last name's number
         @prepares = 0
         @doomed = []  # names to deallocate, before the next Parse
+        @untyped_map = nil # the last type map for queries found to send no types (#untyped?)
       end
 
       # @return [Integer] named statements kept (pending or ready)
@@ -297,11 +299,31 @@ module Weft
         statement
       end
 
-      # Whether every parameter goes as untyped text: no Hash with a type, and the connection
-      # encodes with pg's default type map for queries.
+      # Whether every parameter goes as untyped text: no Hash (which may carry a type), and the
+      # connection's type map for queries sends none (#untyped_map?; asked once per map).
       def untyped?(params, raw)
-        return false unless raw.type_map_for_queries.is_a?(PG::TypeMapAllStrings)
+        map = raw.type_map_for_queries
+        unless map.equal?(@untyped_map)
+          return false unless untyped_map?(map)
+          @untyped_map = map
+        end
         params.none?(Hash)
+      end
+
+      # Whether a type map for queries sends every value as text of no type (OID 0): pg's
+      # default, PG::TypeMapAllStrings, or a PG::TypeMapByClass whose encoders are all such
+      # (Sequel's postgres adapter sets one: Integer, Float, true and false as text), over one
+      # that is. A map that picks typed encoders (PG::BasicTypeMapForQueries: true as a
+      # boolean) or picks them by code is not: the statement would be bound to the types of
+      # the call that prepared it.
+      def untyped_map?(map)
+        case map
+        when PG::TypeMapAllStrings then true
+        when PG::TypeMapByClass
+          map.coders.each_value.all? { |coder| coder.is_a?(PG::Coder) && coder.oid.zero? && coder.format.zero? } &&
+            untyped_map?(map.default_type_map)
+        else false
+        end
       end
 
       # A text seen for the first time: remembered.
