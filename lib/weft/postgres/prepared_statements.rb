@@ -166,7 +166,7 @@ module Weft
         elsif found.equal?(REFUSED)
           nil
         elsif found.text == sql
-          @by_identity[sql] = found if sql.frozen? && @by_identity.size < @limit * 2
+          alias_frozen(sql, found) if sql.frozen?
           usable(found, segment)
         end
       end
@@ -290,6 +290,14 @@ module Weft
         return true unless StatementScope.session_state?(sql)
         @table[key] = REFUSED
         false
+      end
+
+      # Finds `statement` by identity from now on when `sql` (frozen) comes again. Emptied
+      # first once it holds twice as many texts as statements are kept (it keeps texts of
+      # statements evicted, until they come again, and texts frozen afresh for each call).
+      def alias_frozen(sql, statement)
+        @by_identity.clear if @by_identity.size >= @limit * 2
+        @by_identity[sql] = statement
       end
 
       # A statement pending is used only in the segment its Parse is in.
