@@ -242,6 +242,21 @@ class PostgresPreparedStatementsTest < Minitest::Test
     end
   end
 
+  # Behind a proxy that multiplexes sessions one connection's name must never find another's
+  # statement: every table names its own.
+  def test_no_two_connections_name_their_statements_alike
+    names = Array.new(2) do
+      table = Weft::Postgres::PreparedStatements.new(4)
+      assert_nil table.lookup(REPEATED, [], nil, nil)
+      assert_equal :prepare, table.lookup(REPEATED, [], nil, nil)
+      table.prepare(REPEATED, nil).name
+    end
+    refute_equal names.first, names.last
+    names.each do |name|
+      assert_match(/\A#{Weft::Postgres::PreparedStatements::PREFIX}\h{12}_1\z/, name)
+    end
+  end
+
   def test_statements_in_a_transaction_block_go_unnamed
     db = pool(limit: 1)
     reactor do

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "pg"
+require "securerandom"
 require_relative "statement_scope"
 
 module Weft
@@ -28,12 +29,17 @@ module Weft
     # seen once costs an Integer key, where a String key made Hash#[]= intern a frozen copy of
     # each new text (a look-up of a text never seen before took ~440 ns, now ~110 ns, 3.3 + YJIT). A
     # statement keeps its text and is used only for a text equal to it; two texts with one hash
-    # (one in 2^64) cost at most an early Parse of the second, whose error, if any, sends its
+    # (about one in 2^62) cost at most an early Parse of the second, whose error, if any, sends its
     # statement again unnamed.
     #
-    # Names start with PREFIX and a number that never repeats on the connection, so a name is
-    # never taken twice even when this table is wrong about the server (a user's DEALLOCATE ALL
-    # on a pinned connection), and a user's own PREPAREd names do not meet them.
+    # Names are PREFIX, 12 random hex digits of the table's own and a number that never repeats
+    # in it (`weft_ps_3f9a1c0b2d4e_17`), so a name is never taken twice even when this table is
+    # wrong about the server (a user's DEALLOCATE ALL on a pinned connection), a user's own
+    # PREPAREd names do not meet them, and neither do another connection's: behind a proxy that
+    # hands one client connection's statements to several server sessions and several client
+    # connections' to one (PgBouncer's transaction pooling before 1.21), a name is either
+    # missing (26000: the statement is sent again unnamed) or this table's own statement, never
+    # another connection's under the same name.
     #
     # Bounded to `limit` statements: preparing one more evicts the least recently used (an
     # approximation, CLOCK: each statement has a bit set when used, and the eviction passes over
@@ -129,6 +135,9 @@ module Weft
         @count = 0    # Statements in @table
         @seen = 0     # SEEN and REFUSED marks in @table
         @serial = 0   # the last name's number
+        # This table's own part of every name: no two connections (of this process or another)
+        # use the same names, should a proxy hand their statements to one server session.
+        @prefix = "#{PREFIX}#{SecureRandom.hex(6)}_"
         @prepares = 0
         @doomed = []  # names to deallocate, before the next Parse
         @untyped_map = nil # the last type map for queries found to send no types (#untyped?)
@@ -183,7 +192,7 @@ module Weft
         end
         @serial += 1
         @prepares += 1
-        statement = Statement.new("#{PREFIX}#{@serial}", sql.frozen? ? sql : sql.dup.freeze, segment)
+        statement = Statement.new("#{@prefix}#{@serial}", sql.frozen? ? sql : sql.dup.freeze, segment)
         @seen -= 1 unless @table[statement.key].nil? # its SEEN mark
         @table[statement.key] = statement
         @count += 1
