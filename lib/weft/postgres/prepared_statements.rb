@@ -14,9 +14,12 @@ module Weft
     # statement (bench/results/postgres-ruby-3.3.md, 2026-12-07).
     #
     #   statements = PreparedStatements.new(256)
-    #   statements.lookup("select 1", [], 0)  # => nil: first time, sent unnamed, remembered
-    #   statements.lookup("select 1", [], 0)  # => :prepare: the caller Parses it (#prepare)
-    #   statements.lookup("select 1", [], 0)  # => the Statement, once its Parse was sent
+    #   statements.lookup("select 1", [], segment, raw) # => nil: the first time; sent unnamed
+    #   statements.lookup("select 1", [], segment, raw) # => :prepare: the caller sends #prepare's
+    #                                                   #    Parse, then Bind/Execute of its name
+    #   statements.lookup("select 1", [], segment, raw) # => the Statement: Bind/Execute its name
+    #
+    # (Pipeline#send_named in the pipeline, #plain_statement and #exec in plain mode.)
     #
     # A text is prepared only after it ran once unnamed, so that a text's first errors reach its
     # caller as they would without the cache, and texts that never come again (SQL with its
@@ -27,10 +30,10 @@ module Weft
     #
     # The table is keyed by the texts' hashes (String#hash), not the texts: remembering a text
     # seen once costs an Integer key, where a String key made Hash#[]= intern a frozen copy of
-    # each new text (a look-up of a text never seen before took ~440 ns, now ~110 ns, 3.3 + YJIT). A
-    # statement keeps its text and is used only for a text equal to it; two texts with one hash
-    # (about one in 2^62) cost at most an early Parse of the second, whose error, if any, sends its
-    # statement again unnamed.
+    # each new text (a look-up of a text never seen before took ~440 ns, now ~110 ns, 3.3 +
+    # YJIT). A statement keeps its text and is used only for a text equal to it; two texts with
+    # one hash (about one in 2^62) cost at most an early Parse of the second, whose error, if
+    # any, sends its statement again unnamed.
     #
     # Names are PREFIX, 12 random hex digits of the table's own and a number that never repeats
     # in it (`weft_ps_3f9a1c0b2d4e_17`), so a name is never taken twice even when this table is
@@ -92,10 +95,10 @@ module Weft
       private_constant :SEEN, :REFUSED
 
       # One named statement: its name, the text it was prepared from (and its hash, the table's
-      # key), whether
-      # its Parse came back (:pending until then; :ready; :gone once dropped), the pipeline
-      # segment its Parse was sent in (a statement pending is used only in the same segment:
-      # had its Parse failed, a later segment's Bind would fail on its own) and CLOCK's bit.
+      # key), whether its Parse came back (:pending until then; :ready; :gone once dropped),
+      # the pipeline segment its Parse was sent in (a statement pending is used only in the
+      # same segment: had its Parse failed, a later segment's Bind would fail on its own) and
+      # CLOCK's bit.
       class Statement
         # @return [String]
         attr_reader :name
