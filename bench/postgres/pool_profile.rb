@@ -10,6 +10,8 @@
 #   WEFT_COUNT=1 bundle exec ruby bench/postgres/pool_profile.rb 5               # + events per statement
 #   WEFT_BUSY=2 bundle exec ruby bench/postgres/pool_profile.rb 5                # on a busy reactor
 #   WEFT_ALLOCATIONS=1 bundle exec ruby bench/postgres/pool_profile.rb 2         # + objects by site
+#   WEFT_UNIQUE=1 bundle exec ruby bench/postgres/pool_profile.rb 5              # every text new
+#   WEFT_PIPELINING=0 bundle exec ruby bench/postgres/pool_profile.rb 5          # the unpipelined pool
 #
 # Prints statements/s, CPU microseconds of this process per statement (user and system: the
 # pool, pg, libpq, the reactor, the kernel's socket work; PostgreSQL's own work is in other
@@ -47,10 +49,11 @@ module PostgresBench
     module_function
 
     def run(seconds)
-      pool = Weft::Postgres::Pool.new(PostgresBench.database[:url], limit: PoolBench::CONNECTIONS)
+      pool = Weft::Postgres::Pool.new(PostgresBench.database[:url], limit: PoolBench::CONNECTIONS,
+                                                                    pipelining: ENV["WEFT_PIPELINING"] != "0")
       figures = nil
       counts = nil
-      count, = PoolBench.select_one_loop(pool, seconds) do |measured|
+      count, = PoolBench.select_one_loop(pool, seconds, unique: ENV["WEFT_UNIQUE"] == "1") do |measured|
         busy = Busy.new(Integer(ENV.fetch("WEFT_BUSY", 0)), Float(ENV.fetch("WEFT_SPIN_MS", 5)) / 1000)
         before = snapshot
         counts = counted { profiled { traced { measured.call } } }

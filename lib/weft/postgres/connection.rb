@@ -32,6 +32,9 @@ module Weft
       attr_accessor :pipeline
       # @return [Integer] savepoints Pool#transaction(requires_new: true) has open on it now
       attr_accessor :savepoint_depth
+      # @return [PreparedStatements, nil] the named statements the pool prepared on it (nil:
+      #   the pool prepares none); a new connection starts with none
+      attr_accessor :statements
 
       # Opens a connection; raises ConnectionError naming the server when that fails.
       # @param settings [Settings]
@@ -55,6 +58,7 @@ module Weft
         @pipelined = false
         @pipeline = nil
         @savepoint_depth = 0
+        @statements = nil
         @broken = false
       end
 

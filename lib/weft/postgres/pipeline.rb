@@ -33,6 +33,16 @@ module Weft
     # transaction with others (a deadlock, a lock timeout, a statement that cannot run in a
     # transaction block) is not the statement's own: it is sent again in a segment of its own.
     #
+    # A statement whose text the connection has seen before goes as a named prepared statement
+    # (PreparedStatements): Bind/Execute of its name, after its Parse the first time, in the same
+    # segment, and after the DEALLOCATEs of statements evicted or dropped. Those go before it on
+    # its behalf (its prelude, Request#prelude) and their results are read first, in order: the
+    # table learns from them whether the statement exists (a named statement, and a DEALLOCATE,
+    # outlive the rollback of their segment; one skipped after an earlier failure did nothing).
+    # A prelude that failed rolls the segment back like any failing statement; its statement is
+    # sent again unnamed, and so is one whose named statement is gone (26000) or no longer fits
+    # the schema (0A000): the caller sees neither (#retry?).
+    #
     # There is no background reader. Whichever waiter finds nobody reading becomes the reader:
     # it reads results in order, settles the requests of each segment at its sync point and wakes
     # their waiters, and when its own request is settled (or it is cancelled) it hands the role to the
@@ -78,6 +88,8 @@ module Weft
       # only after a turn of the reactor that kept it busy for less than this many seconds
       # (Scheduler#busy): the held statements wait about one such turn.
       HOLD_TURN = 0.001
+      # The parameters of a DEALLOCATE.
+      EMPTY = [].freeze
 
       # @return [Connection]
       attr_reader :connection
@@ -129,6 +141,8 @@ module Weft
         @read_at = Timers.now  # monotonic time of the last read from the server (#wait_and_read)
         @arrived_after = @read_at # what the last read brought arrived after this (#wait_and_read)
         @slow_in_flight = 0 # statements in flight known to run long
+        @statements = connection.statements # PreparedStatements, nil when the pool prepares none
+        @segments = 0 # sync points sent so far: the number of the segment being built
       end
 
       # @return [Integer] statements in flight
@@ -235,7 +249,11 @@ module Weft
       # @raise [PG::Error] when libpq refuses it (nothing is queued then)
       def submit(request)
         sync if request.alone && @unsynced > 0
-        @raw.send_query_params(request.sql, request.params)
+        if @statements.nil? || request.unnamed
+          @raw.send_query_params(request.sql, request.params)
+        else
+          send_named(request)
+        end
         @segment_sent_at = Timers.now if @unsynced == 0
         request.sent_at = @segment_sent_at
         request.segment_end = false
@@ -247,7 +265,8 @@ module Weft
         schedule_flush
         flush_held if @held && @unwritten >= @hold_for
       rescue PG::Error, IOError, SystemCallError => e
-        raise e unless @raw.status != PG::CONNECTION_OK || @queue.include?(request)
+        # Refused with part of it sent (a prelude), libpq's queue and @queue no longer match.
+        raise e unless @raw.status != PG::CONNECTION_OK || @queue.include?(request) || request.prelude
         lost(e)
         raise ConnectionError, lost_message(e)
       end
@@ -282,6 +301,66 @@ module Weft
         @queue.last.segment_end = true
         @unsynced = 0
         @syncs += 1
+        @segments += 1
+      end
+
+      # Sends the statement as the connection's PreparedStatements say: as the named statement
+      # of its text, prepared before (or whose Parse is ahead of it in this segment); as a new
+      # named statement, its Parse first (a text seen once before); or unnamed. Before a Parse
+      # (or whatever is sent next, once statements were dropped) go the DEALLOCATEs of the
+      # statements evicted or dropped. What goes before the statement (its prelude) is read
+      # first, in order (#settle_ready, #prelude_result).
+      def send_named(request)
+        statements = @statements
+        sql = request.sql
+        params = request.params
+        found = statements.lookup(sql, params, @segments, @raw)
+        if found.nil? && statements.doomed.empty?
+          @raw.send_query_params(sql, params)
+          return
+        end
+        parse = found.equal?(:prepare)
+        found = statements.prepare(sql, @segments) if parse
+        doomed = statements.doomed
+        until doomed.empty?
+          name = doomed.shift
+          (request.prelude ||= []) << name
+          @raw.send_query_params("DEALLOCATE #{name}", EMPTY)
+        end
+        if found.nil?
+          @raw.send_query_params(sql, params)
+          return
+        end
+        if parse
+          (request.prelude ||= []) << found
+          @raw.send_prepare(found.name, sql)
+        end
+        request.named = found
+        @raw.send_query_prepared(found.name, params)
+      end
+
+      # The result of something sent before `request` on its behalf (#send_named): a
+      # DEALLOCATE's or its Parse's. The table of statements learns what came of it; if it
+      # failed, the segment is rolled back for it, and the request is sent again, unnamed
+      # (#retry?).
+      def prelude_result(request, result)
+        item = request.prelude[0]
+        status = result.result_status
+        code = result.error_field(PG::PG_DIAG_SQLSTATE) if status == PG::PGRES_FATAL_ERROR
+        if item.is_a?(String)
+          @statements.deallocated(item, status, code)
+        else
+          @statements.parsed(item, status, code)
+        end
+        unless SUCCEEDED.include?(status)
+          @clean = false
+          if status == PG::PGRES_FATAL_ERROR
+            request.prelude_failed = true
+            raise PG::ConnectionBad, result.error_message if @raw.status != PG::CONNECTION_OK
+          end
+        end
+      ensure
+        result.clear
       end
 
       # Closes the segment being built and writes what libpq holds.
@@ -567,8 +646,14 @@ module Weft
         while index < results.size
           result = results[index]
           index += 1
-          if result.nil? # the end of the head statement's results
-            request = queue.shift or next
+          if result.nil? # the end of the head statement's results (or of its prelude's first)
+            request = queue[0] or next
+            if (prelude = request.prelude)
+              prelude.shift
+              request.prelude = nil if prelude.empty?
+              next
+            end
+            queue.shift
             @clean = false if request.result.nil?
             @segment << request
           elsif result.equal?(true) # a sync point
@@ -576,6 +661,7 @@ module Weft
             settle_segment
             break if @connection.broken? # sending a statement again failed: everything failed with it
           elsif (request = queue[0])
+            next prelude_result(request, result) if request.prelude
             request.result ? result.clear : request.result = result
             next if failed.zero? || SUCCEEDED.include?(result.result_status)
             @clean = false
@@ -653,7 +739,10 @@ module Weft
       def retry?(request, segment_failed, segment_size)
         result = request.result
         return true if request.exposed? && cancelled?(result)
+        return request.unnamed = true if request.prelude_failed
         return segment_failed unless failed?(result)
+        # A named statement's own failure (it is gone, or its plan no longer fits): sent unnamed.
+        return request.unnamed = true if request.named && @statements.invalidated?(request.named, result)
         return false unless segment_size > 1 && from_sharing?(result)
 
         request.alone = true
@@ -693,6 +782,9 @@ module Weft
       # held up for ever by statements of other callers that keep failing.
       def resend(request)
         request.result = nil
+        request.named = nil
+        request.prelude = nil
+        request.prelude_failed = false
         request.exposed = @cancelling
         request.resent += 1
         request.alone = true if request.resent > 1

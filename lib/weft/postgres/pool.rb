@@ -5,6 +5,7 @@ require_relative "errors"
 require_relative "settings"
 require_relative "connection"
 require_relative "pipeline"
+require_relative "prepared_statements"
 require_relative "request"
 require_relative "background"
 require_relative "lease"
@@ -134,10 +135,16 @@ module Weft
       #   the libpq conninfo string (target plus the options above), returns an open
       #   PG::Connection, which may be of a subclass (a library's own connection class, as
       #   Sequel's adapter has)
+      # @param prepared_statements [Integer, Boolean] #query prepares the texts it sees again on
+      #   each connection, keeping this many named statements per connection at most (true:
+      #   PreparedStatements::DEFAULT_LIMIT); false (or 0) sends every statement unnamed, as
+      #   PgBouncer in transaction pooling before 1.21 needs (see docs/postgres.md, "Prepared
+      #   statements")
       def initialize(target = nil, limit: Integer(ENV.fetch("WEFT_PG_POOL_SIZE", 10)), pipelining: true,
                      pipeline_depth: DEFAULT_PIPELINE_DEPTH, acquire_timeout: 5.0,
                      connect_timeout: Settings::DEFAULT_CONNECT_TIMEOUT, statement_timeout: nil,
-                     max_age: nil, idle_timeout: 300, application_name: "weft", on_connect: nil, connector: nil)
+                     max_age: nil, idle_timeout: 300, application_name: "weft", on_connect: nil, connector: nil,
+                     prepared_statements: PreparedStatements::DEFAULT_LIMIT)
         raise ArgumentError, "limit must be a positive Integer" unless limit.is_a?(Integer) && limit.positive?
         unless pipeline_depth.is_a?(Integer) && pipeline_depth.positive?
           raise ArgumentError, "pipeline_depth must be a positive Integer"
@@ -147,6 +154,7 @@ module Weft
           raise ArgumentError, "acquire_timeout must be a positive, finite number of seconds or nil"
         end
 
+        @prepared_limit = prepared_statements_limit(prepared_statements)
         @settings = Settings.new(target, connect_timeout: connect_timeout, statement_timeout: statement_timeout,
                                          application_name: application_name)
         @limit = limit
@@ -166,6 +174,10 @@ module Weft
       def pipelining?
         @pipelining
       end
+
+      # @return [Integer, nil] named statements #query keeps per connection at most (nil: it
+      #   prepares none)
+      attr_reader :prepared_limit
 
       # Runs one statement and returns its result. With pipelining on, the statement shares a
       # connection with other callers' statements; otherwise it takes a connection for itself.
@@ -201,9 +213,10 @@ module Weft
           return run_pinned(connection, sql, params)
         end
         unless @pipelining
-          return with do |conn|
+          return with do
             synchronize { @queries += 1 }
-            conn.exec_params(sql, params)
+            connection = pinned
+            exec_plain(connection, plain_statement(connection, sql, params), sql, params)
           end
         end
         # A setting or the end of the transaction (role :setting or :end) goes in a segment of
@@ -329,7 +342,7 @@ module Weft
           if reset_session
             reusable = false
             begin
-              reusable = restore(connection.raw) && reset_session(connection.raw)
+              reusable = restore(connection.raw) && reset_session(connection)
             ensure
               give_back(connection, reusable)
             end
@@ -346,7 +359,8 @@ module Weft
       #   (most in flight on one connection so far), queries, pipelined, connects, discarded,
       #   slow_marked (times a statement was found running long and kept apart from then on),
       #   queued_behind_slow (known-slow statements sent behind another one due to end first;
-      #   see docs/postgres.md, "Routing")
+      #   see docs/postgres.md, "Routing"), prepared (named statements #query keeps on the open
+      #   connections)
       def statistics
         synchronize do
           pinned = @pinned.size
@@ -368,6 +382,7 @@ module Weft
             discarded: @discarded,
             slow_marked: @slow_statements.marked,
             queued_behind_slow: @queued_behind_slow,
+            prepared: @connections.sum { |connection| connection.statements&.size || 0 },
           }
         end
       end
@@ -739,8 +754,12 @@ module Weft
       def run_alone(connection, sql, params)
         clean = false
         Trace.event(:alone, connection) if Trace::ON
-        started = Timers.now
-        result = interruptible(ANYWHERE) { connection.raw.exec_params(sql, params) }
+        started = nil
+        result = interruptible(ANYWHERE) do
+          statement = plain_statement(connection, sql, params)
+          started = Timers.now # after the Parse's round trip, if any: ServerTime takes one wait
+          exec_plain(connection, statement, sql, params)
+        end
         clean = true
         # When the reactor cannot tell, the statement counts as short (the pool's bias).
         ready = ServerTime.ready_after(started)
@@ -761,7 +780,7 @@ module Weft
       # to the connection when the pin ends.
       def run_pinned(connection, sql, params)
         synchronize { @queries += 1 }
-        connection.raw.exec_params(sql, params)
+        exec_plain(connection, plain_statement(connection, sql, params), sql, params)
       rescue Exception # rubocop:disable Lint/RescueException
         begin
           stop_running(connection.raw, Deadline.after(RESET_GRACE))
@@ -806,6 +825,38 @@ module Weft
         raw.exec("RELEASE SAVEPOINT #{name}")
       rescue PG::Error, IOError, SystemCallError
         nil # the block's own error says more
+      end
+
+      # The named statement a statement on a connection in plain mode held by the caller runs
+      # as (PreparedStatements#plain_statement), prepared now if need be; nil (unnamed) when
+      # the pool prepares none or a transaction block is open on the connection. Inside one, a
+      # named statement's failure (0A000 after a schema change, 26000 after a DEALLOCATE ALL)
+      # would abort the transaction, and sending the statement again unnamed could not hide
+      # it from the caller: statements there go unnamed.
+      # @return [PreparedStatements::Statement, nil]
+      def plain_statement(connection, sql, params)
+        statements = connection.statements
+        return nil unless statements && connection.raw.transaction_status == PG::PQTRANS_IDLE
+        statements.plain_statement(connection.raw, sql, params)
+      end
+
+      # Runs a statement on a connection in plain mode held by the caller, as `statement`
+      # (#plain_statement) or unnamed.
+      def exec_plain(connection, statement, sql, params)
+        return connection.raw.exec_params(sql, params) unless statement
+        connection.statements.exec(connection.raw, statement, sql, params)
+      end
+
+      # The option of .new: false, nil or 0 for none, true for the default.
+      def prepared_statements_limit(option)
+        case option
+        when false, nil, 0 then nil
+        when true then PreparedStatements::DEFAULT_LIMIT
+        when Integer
+          raise ArgumentError, "prepared_statements must not be negative" if option.negative?
+          option
+        else raise ArgumentError, "prepared_statements must be an Integer, true or false"
+        end
       end
 
       def share(connection)
@@ -1046,9 +1097,12 @@ module Weft
         false
       end
 
-      # Clears what a lease holder left in the session and sets it up as a new connection.
+      # Clears what a lease holder left in the session (the pool's named statements too) and
+      # sets it up as a new connection.
       # @return [Boolean] whether it worked
-      def reset_session(raw)
+      def reset_session(connection)
+        raw = connection.raw
+        connection.statements&.clear # DISCARD ALL deallocates them
         raw.exec("DISCARD ALL")
         @on_connect&.call(raw)
         true
@@ -1128,6 +1182,7 @@ module Weft
       # connect began in: in a child forked meanwhile the pool started afresh without it.
       def connect_in_background(attempt, generation)
         connection = Connection.open(@settings, @connector)
+        connection.statements = PreparedStatements.new(@prepared_limit) if @prepared_limit
         @on_connect&.call(connection.raw)
       rescue Exception => e # rubocop:disable Lint/RescueException
         connection&.close

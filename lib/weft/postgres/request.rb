@@ -54,6 +54,17 @@ module Weft
       attr_accessor :segment_end
       # @return [Integer] how often it was sent again because its segment was rolled back
       attr_accessor :resent
+      # @return [PreparedStatements::Statement, nil] the named statement it was sent as (nil:
+      #   unnamed)
+      attr_accessor :named
+      # @return [Array, nil] what was sent before it on its behalf, whose results come first:
+      #   names DEALLOCATEd (String) and the Parse of its named statement (its Statement)
+      attr_accessor :prelude
+      # @return [Boolean] whether something of its prelude failed (the segment was rolled back
+      #   for it: the statement is sent again, unnamed)
+      attr_accessor :prelude_failed
+      # @return [Boolean] whether it is to be sent unnamed (its named statement failed it)
+      attr_accessor :unnamed
 
       def initialize(sql, params)
         @condition = Waiter.new
@@ -72,6 +83,10 @@ module Weft
         @slow = false
         @segment_end = false
         @resent = 0
+        @named = nil
+        @prelude = nil
+        @prelude_failed = false
+        @unnamed = false
         @settled = false
         @error = nil
         @abandoned = false
