@@ -70,6 +70,38 @@ class PostgresPoolTest < Minitest::Test
     reactor { assert_equal "ok", db.query("select 'ok'").getvalue(0, 0) }
   end
 
+  # The fiber that reads a segment's results settles every statement of it, and a failed one's
+  # error is made there: raised in its own caller, it must show that caller's backtrace, not
+  # the reader's (which runs another caller's code).
+  def test_an_error_carries_its_own_callers_backtrace
+    db = pool(limit: 1)
+    errors = reactor do
+      Array.new(5) do
+        readers = Array.new(20) { Weft.spawn { read_the_segment(db) } }
+        failing = Weft.spawn { query_a_missing_table(db) }
+        Weft.gather(readers)
+        failing.wait
+      end
+    end
+    assert_operator db.statistics[:pipelined], :>, 50 # the errors were read by other fibers
+    errors.each do |error|
+      assert_kind_of PG::UndefinedTable, error
+      trace = error.backtrace.first(12).join("\n")
+      assert(error.backtrace.any? { |line| line.include?("query_a_missing_table") }, trace)
+      refute(error.backtrace.any? { |line| line.include?("read_the_segment") }, trace)
+    end
+  end
+
+  def read_the_segment(db)
+    db.query("select 1")
+  end
+
+  def query_a_missing_table(db)
+    db.query("select * from no_such_table_for_backtraces")
+  rescue PG::Error => e
+    e
+  end
+
   # Creates `table` (`columns`), runs the block with 0...count in a fiber each (many
   # statements per segment on a one-connection pool), and drops the table.
   # @return [Array(Array, Array<Integer>)] each fiber's value (the class of the PG::Error it

@@ -114,7 +114,13 @@ module Weft
         result = @result
         error = @error
         @result = @error = @sql = @params = nil
-        raise error if error
+        if error
+          # Made (raised by PG::Result#check) in whichever fiber read the connection's results,
+          # which settles every statement of a segment: its backtrace would show that fiber's
+          # code, another caller's. Cleared, the raise here gives it the caller's own.
+          error.set_backtrace(nil)
+          raise error
+        end
         result
       end
 
