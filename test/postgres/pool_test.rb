@@ -70,6 +70,29 @@ class PostgresPoolTest < Minitest::Test
     reactor { assert_equal "ok", db.query("select 'ok'").getvalue(0, 0) }
   end
 
+  # A change of the session made through #query would stay with whichever connection ran it,
+  # for every later caller there, out of reach of the caller's next statement: refused outside
+  # #with, where it runs on the pinned connection (and the caller can undo it).
+  def test_a_change_of_the_session_is_refused_outside_with
+    db = pool(limit: 2)
+    reactor do
+      ["SET search_path TO nowhere", "LISTEN weft_refused", "SELECT pg_advisory_lock(4346)",
+       "CREATE TEMP TABLE weft_refused (a int)", "COPY (SELECT 1) TO STDOUT"].each do |sql|
+        error = assert_raises(ArgumentError, sql) { db.query(sql) }
+        assert_includes error.message, "Pool#with"
+      end
+      Array.new(4) { Weft.spawn { 5.times { assert_equal "\"$user\", public", db.query("show search_path").getvalue(0, 0) } } }
+        .each(&:wait)
+      db.with do
+        db.query("SET search_path TO nowhere")
+        assert_equal "nowhere", db.query("show search_path").getvalue(0, 0)
+        assert_equal "t", db.query("SELECT pg_try_advisory_lock(4346)").getvalue(0, 0)
+        db.query("SELECT pg_advisory_unlock(4346)")
+        db.query("RESET search_path")
+      end
+    end
+  end
+
   # The fiber that reads a segment's results settles every statement of it, and a failed one's
   # error is made there: raised in its own caller, it must show that caller's backtrace, not
   # the reader's (which runs another caller's code).

@@ -108,7 +108,7 @@ class PostgresPreparedStatementsTest < Minitest::Test
       assert_equal "42", db.query(REPEATED).getvalue(0, 0) # prepared again
       assert_equal [REPEATED], ours(server_statements(db)).values
 
-      3.times { assert_equal "DEALLOCATE ALL", db.query("DEALLOCATE ALL").cmd_status } # never named itself
+      db.with { 3.times { assert_equal "DEALLOCATE ALL", db.query("DEALLOCATE ALL").cmd_status } } # never named itself
       assert_empty ours(server_statements(db))
       2.times { assert_equal "42", db.query(REPEATED).getvalue(0, 0) }
       assert_equal [REPEATED], ours(server_statements(db)).values

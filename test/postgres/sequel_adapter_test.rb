@@ -362,10 +362,13 @@ class PostgresSequelAdapterTest < Minitest::Test
       rows = db.fetch("insert into sq_multi values (1), (2); select count(*) as n from sq_multi").all
       changed = db.execute_dui("update sq_multi set v = v + 1; update sq_multi set v = v + 1 where v = 3")
       vacuumed = db.fetch("vacuum sq_multi").all
+      # A data statement that changes the session (Weft's Pool#query refuses it) runs on a
+      # connection of its own, as with the postgres adapter.
+      locked = db.get(Sequel.function(:pg_try_advisory_lock, 4347))
       Weft.gather(load)
-      [rows, changed, vacuumed, db[:sq_multi].order(:v).select_map(:v)]
+      [rows, changed, vacuumed, locked, db[:sq_multi].order(:v).select_map(:v)]
     end
-    assert_equal [[{ n: 2 }], 1, [], [2, 4]], outcome
+    assert_equal [[{ n: 2 }], 1, [], true, [2, 4]], outcome
     assert_operator db.weft_pool.statistics[:pipelined], :>, 0, "the statements around were not pipelined"
   end
 

@@ -103,8 +103,9 @@ class PostgresStatementScopeTest < Minitest::Test
       .each { |sql| refute SCOPE.transaction_statement?(sql), sql }
   end
 
-  # What Pool#query asks of every statement: it refuses a transaction's start, and sends a
-  # setting or the end of the transaction under way in a pipeline segment of its own.
+  # What Pool#query asks of every statement: it refuses a transaction's start (and a change of
+  # the session outside Pool#with), and sends a setting or the end of the transaction under way
+  # in a pipeline segment of its own.
   def test_transaction_role
     ["BEGIN", "  start transaction isolation level serializable", "-- tag\n/* app */ begin;"]
       .each { |sql| assert_equal :start, SCOPE.transaction_role(sql), sql }
@@ -115,9 +116,12 @@ class PostgresStatementScopeTest < Minitest::Test
     ["COMMIT", "end", "/* app */ ROLLBACK", "abort;", "-- t\nrollback to savepoint a", "COMMIT PREPARED 'x'",
      "PREPARE TRANSACTION 'x'"]
       .each { |sql| assert_equal :end, SCOPE.transaction_role(sql), sql }
-    ["SELECT 1", "SET x.y = 1", "UPDATE t SET local = 1", "SET local_x.y = 1", "SELECT 'begin'", "SELECT 'commit'",
-     "INSERT INTO t (a) VALUES ('set local')", "PREPARE q AS SELECT 1", "UPDATE t SET ended = true",
-     "SELECT * FROM commits", "WITH e AS (SELECT 1) SELECT * FROM e"]
+    ["SET x.y = 1", "SET local_x.y = 1", "PREPARE q AS SELECT 1", "LISTEN x", "COPY t FROM STDIN",
+     "SELECT pg_advisory_lock(1)", "CREATE TEMP TABLE t (a int)", "/* app */ DEALLOCATE ALL"]
+      .each { |sql| assert_equal :session, SCOPE.transaction_role(sql), sql }
+    ["SELECT 1", "UPDATE t SET local = 1", "SELECT 'begin'", "SELECT 'commit'",
+     "INSERT INTO t (a) VALUES ('set local')", "UPDATE t SET ended = true",
+     "SELECT * FROM commits", "WITH e AS (SELECT 1) SELECT * FROM e", "SELECT pg_advisory_xact_lock(1)"]
       .each { |sql| assert_nil SCOPE.transaction_role(sql), sql }
   end
 

@@ -29,20 +29,22 @@ module Sequel
       end
 
       # Runs a statement. Outside DB.synchronize and DB.transaction, one statement that reads or
-      # writes rows goes through the Weft pool's #query, on whichever connection the pool picks
+      # writes rows, and leaves nothing in the session, goes through the Weft pool's #query, on whichever connection the pool picks
       # (a set_config in a pipeline segment of its own, so that it holds for no other fiber's
       # statements: see Weft::Postgres::Pool#query). Inside them, for prepared statements (which
       # live on one connection), and for any other SQL, it runs as the postgres adapter runs it,
       # on a connection the fiber holds: the simple protocol takes several statements in one
-      # string (the last one's result answers), and commands such as VACUUM refuse the implicit
-      # transaction of a pipeline's segment.
+      # string (the last one's result answers), commands such as VACUUM refuse the implicit
+      # transaction of a pipeline's segment, and a change of the session (a session advisory
+      # lock taken in a SELECT, say) stays with the connection it was made on, as with the
+      # postgres adapter (Pool#query refuses it).
       #
       # A held statement interrupted by Weft.deadline, a timeout or a cancelled task is cancelled
       # on the server before the error goes on: the ROLLBACK that DB.transaction sends next would
       # otherwise wait for the statement to end.
       # @see Sequel::Postgres::Database#execute
       def execute(sql, opts = OPTS, &block)
-        if !sql.is_a?(Symbol) && !pool.held_connection && Weft::Postgres::StatementScope.single_data_statement?(sql)
+        if !sql.is_a?(Symbol) && !pool.held_connection && shared_statement?(sql)
           return check_database_errors { execute_shared(sql, opts[:arguments], &block) }
         end
 
@@ -101,6 +103,13 @@ module Sequel
         conn.cancel if conn.transaction_status == PG::PQTRANS_ACTIVE
       rescue PG::Error, IOError, SystemCallError
         nil # the interruption says more; the Weft pool sees to the connection when the hold ends
+      end
+
+      # Whether #execute sends `sql` through the Weft pool's #query: one statement that reads or
+      # writes rows and leaves nothing in the session.
+      def shared_statement?(sql)
+        scope = Weft::Postgres::StatementScope
+        scope.single_data_statement?(sql) && !scope.session_state?(sql)
       end
 
       # Hands the result on as Sequel::Postgres::Adapter#execute does: to the block, else the

@@ -56,6 +56,14 @@ module Weft
       # A known-slow statement queues behind another due to end within this many times its own
       # known time (#behind_slow).
       SAME_LENGTH = 1.25
+      # Why #query refuses a change of the session outside #with: on a shared connection (or one
+      # given back when the statement ends) it would stay for every later caller of that
+      # connection, and the caller's next statement, which may go down another connection,
+      # could neither see nor undo it (an advisory lock that cannot be unlocked, a LISTEN whose
+      # notifications nobody reads, a COPY whose data has nowhere to go).
+      SESSION_REFUSED = "Pool#query cannot change the session of a shared connection (SET, LISTEN, COPY, " \
+                        "DEALLOCATE, a session advisory lock, a temporary table...): run it inside Pool#with, " \
+                        "and undo it there, or set connections up with on_connect:"
       # Seconds a connection given back after an interrupted statement may take to be made
       # usable again (cancel, drain, rollback) before it is closed instead.
       RESET_GRACE = 2.0
@@ -190,7 +198,9 @@ module Weft
       # PostgreSQL warns about SET LOCAL outside a transaction); settings for several statements
       # go inside #transaction or #with. So does the end of a transaction (COMMIT, ROLLBACK...),
       # which in a shared segment would commit or roll back the other callers' statements before
-      # it: alone, it ends nothing, as on a connection of its own.
+      # it: alone, it ends nothing, as on a connection of its own. A change of the session (SET,
+      # LISTEN, COPY, a session advisory lock, a temporary table: StatementScope.session_state?)
+      # is refused outside #with (SESSION_REFUSED says why).
       #
       # Under a deadline (Weft.deadline) the statement, and the wait for a connection, last no
       # longer than it leaves; when it passes, the statement is cancelled on the server (see
@@ -204,6 +214,8 @@ module Weft
       #   (none had room, not even behind a slow statement)
       # @raise [Weft::DeadlineExceeded] when the caller's deadline passes first
       # @raise [ConnectionError] when the server cannot be reached or the connection is lost
+      # @raise [ArgumentError] for BEGIN (use #transaction), and for a change of the session
+      #   outside #with
       def query(sql, *params)
         role = StatementScope.transaction_role(sql)
         raise ArgumentError, "Pool#query cannot open a transaction; use Pool#transaction" if role == :start
@@ -212,6 +224,7 @@ module Weft
         if (connection = pinned)
           return run_pinned(connection, sql, params)
         end
+        raise ArgumentError, SESSION_REFUSED if role == :session
         unless @pipelining
           return with do
             synchronize { @queries += 1 }

@@ -117,14 +117,16 @@ module Weft
         TRANSACTION_STATEMENT.match?(sql)
       end
 
-      # What a statement is to the transaction it runs in, for Pool#query, which sends one
-      # statement: one that opens a transaction (:start), one that sets the transaction under
-      # way (:setting: SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, or set_config anywhere in
-      # it, whose `is_local` argument the text may not show), one that ends it (:end: COMMIT,
-      # ROLLBACK and the like, TRANSACTION_END), or neither (nil). A literal search and one
-      # regexp on a statement that is neither (the usual answer).
+      # What a statement is to the transaction and the session it runs in, for Pool#query,
+      # which sends one statement: one that opens a transaction (:start), one that sets the
+      # transaction under way (:setting: SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, or
+      # set_config anywhere in it, whose `is_local` argument the text may not show), one that
+      # ends it (:end: COMMIT, ROLLBACK and the like, TRANSACTION_END), one that leaves state in
+      # the session (:session, #session_state?: SET, LISTEN, COPY, a session advisory lock, a
+      # temporary table...), or none of these (nil). Remembered for frozen texts, so that the
+      # usual answer costs a look-up.
       # @param sql [String]
-      # @return [Symbol, nil] :start, :setting, :end or nil
+      # @return [Symbol, nil] :start, :setting, :end, :session or nil
       def transaction_role(sql)
         return role_of(sql) unless sql.frozen?
         role = ROLES[sql]
@@ -145,6 +147,8 @@ module Weft
           end
         elsif SET_CONFIG.match?(sql)
           :setting
+        elsif session_state?(sql)
+          :session
         end
       end
       private_class_method :role_of
