@@ -48,15 +48,21 @@ class PostgresSegmentHoldTest < Minitest::Test
   # The mechanism, with the guard's verdict fixed (the machine's load decides it otherwise: a
   # turn over HOLD_TURN on a busy test machine makes no hold, which the next test covers).
   def test_statements_of_fibers_woken_together_go_out_in_one_segment
-    held = HoldCounter.with_turns(:short) { single_statement_share }
-    plain = HoldCounter.with_turns(:long) { single_statement_share }
+    pairs = Array.new(3) do
+      [HoldCounter.with_turns(:short) { single_statement_share }, HoldCounter.with_turns(:long) { single_statement_share }]
+    end
+    held = pairs.sum(&:first) / pairs.size
+    plain = pairs.sum(&:last) / pairs.size
     # Without the hold 44-50% of the segments held one statement (the reader's), with it 4-9%
     # (a reader whose statement settled alone wakes nobody, and goes on alone): six runs each,
-    # 3.1 and 3.3 + YJIT. (Over two connections the shares were 12-23% against 23-51%, too
-    # close on 3.1 to tell apart reliably.) On a machine loaded by two other test runs, 27.5%
-    # against 53.1% (3.3 + YJIT): without the hold the two shares are alike, so 0.7 still tells.
-    assert_operator held, :<, plain * 0.7,
-                    "one-statement segments: #{held.round(1)}% held back, #{plain.round(1)}% not"
+    # 3.1 and 3.3 + YJIT, on a quiet machine. (Over two connections the shares were 12-23%
+    # against 23-51%, too close on 3.1 to tell apart reliably.) On a machine loaded by other
+    # work (load ~2) the hold does less: 27-44% against 48-57% in single pairs (ratios 0.5-0.88),
+    # so three pairs are averaged and the bound is 0.85; without the hold the shares are alike
+    # (ratio ~1), which it still tells.
+    assert_operator held, :<, plain * 0.85,
+                    "one-statement segments: #{held.round(1)}% held back, #{plain.round(1)}% not " \
+                    "(pairs: #{pairs.map { |pair| pair.map { |share| share.round(1) } }})"
   end
 
   def test_on_a_busy_reactor_nothing_is_held_back
