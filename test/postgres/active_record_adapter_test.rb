@@ -515,11 +515,44 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 0, Entry.count
   end
 
-  def test_prepared_statements_are_refused
-    error = assert_raises(ArgumentError) do
-      ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter.new(config.merge(prepared_statements: true))
+  # ActiveRecord's prepared statements (on by default) send binds as parameters, and the shared
+  # pool names each text it sees again per connection: the texts reach PostgreSQL with `$1`,
+  # are prepared on the pool's connections (not by ActiveRecord, whose names would live on one),
+  # and a schema change that alters what a prepared statement returns stays invisible. Off, the
+  # values are written into the SQL and nothing is prepared.
+  def test_prepared_statements_are_the_shared_pools
+    run_lookups = lambda do
+      Weft.run do
+        Weft.gather(Array.new(20) do |fiber|
+          Weft.spawn do
+            ActiveRecord::Base.connection_pool.with_connection do
+              Array.new(3) { |round| Entry.where(fiber: fiber, tag: "r#{round}").to_a.size }
+            end
+          end
+        end)
+      end
     end
-    assert_match(/prepared statements/, error.message)
+    Entry.insert_all(Array.new(20) { |fiber| { fiber: fiber, tag: "r1" } })
+    assert_equal Array.new(20) { [0, 1, 0] }, run_lookups.call
+    pool = shared_pool
+    assert_operator pool.statistics[:prepared], :>, 0
+    texts = Weft.run do # every connection's, each pinned by a fiber of its own meanwhile
+      Weft.gather(Array.new(pool.statistics[:size]) do
+        Weft.spawn { pool.with { |conn| conn.exec("select statement from pg_prepared_statements").column_values(0).tap { sleep 0.1 } } }
+      end).flatten
+    end
+    lookups = texts.grep(/weft_entries/)
+    refute_empty lookups, texts.inspect
+    assert(lookups.all? { |text| text.include?("$1") }, lookups.inspect) # binds, not values in the text
+    ActiveRecord::Base.connection_pool.with_connection { |conn| conn.add_column(:weft_entries, :extra, :integer) }
+    Entry.reset_column_information
+    assert_equal Array.new(20) { [0, 1, 0] }, run_lookups.call # 0A000 after the new column: sent again unnamed
+
+    ActiveRecord::Base.remove_connection
+    ActiveRecord::ConnectionAdapters::WeftPostgreSQL::SharedDatabase.close_all
+    ActiveRecord::Base.establish_connection(config.merge(prepared_statements: false))
+    assert_equal Array.new(20) { [0, 1, 0] }, run_lookups.call
+    assert_equal 0, shared_pool.statistics[:prepared]
   end
 
   def test_migrations_schema_cache_explain_and_load_async

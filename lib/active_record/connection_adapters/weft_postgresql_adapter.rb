@@ -25,8 +25,13 @@ module ActiveRecord
     # `pool:` connections per process.
     #
     # Differences from `adapter: postgresql`:
-    # - Prepared statements are off (`prepared_statements: true` is refused): a prepared
-    #   statement lives in one session, and statements here go to whichever connection is free.
+    # - Prepared statements (`prepared_statements:`, on by default as with `postgresql`) are the
+    #   shared pool's, not ActiveRecord's: a prepared statement lives in one session, and
+    #   statements here go to whichever connection is free. ActiveRecord sends a statement with
+    #   its binds as parameters (`$1`...), unnamed, and the pool prepares each text it sees
+    #   again on each of its connections (Weft::Postgres::PreparedStatements; `statement_limit:`
+    #   bounds them per connection). Inside a transaction statements go unnamed. Off, values are
+    #   written into the SQL, as with `postgresql`, and the pool prepares nothing.
     # - Session settings (encoding, min_messages, schema_search_path, variables, standard
     #   strings, intervalstyle, time zone) are applied to every pool connection as it opens
     #   (WeftPostgreSQL::SessionSetup), not per adapter.
@@ -48,15 +53,6 @@ module ActiveRecord
       # transactions.
       class IsolationLevelError < ActiveRecordError
         include Weft::Error
-      end
-
-      # @see PostgreSQLAdapter#initialize
-      def initialize(...)
-        super
-        if @config.key?(:prepared_statements) && self.class.type_cast_config_to_boolean(@config[:prepared_statements])
-          raise ArgumentError, "weft_postgresql cannot use prepared statements (each lives in one session, and " \
-                               "statements here share connections): remove prepared_statements: true"
-        end
       end
 
       # @api private
@@ -113,9 +109,20 @@ module ActiveRecord
 
       private
 
-      # Off, and refused when asked for (see #initialize).
-      def default_prepared_statements
-        false
+      # ActiveRecord's own prepared statements (a name per statement on the adapter's one
+      # connection) become plain statements with parameters: the shared pool names them per
+      # connection (see the class comment). Rails 7.1 and 7.2 prepare in #exec_cache, 8.x in
+      # #perform_query.
+      if private_method_defined?(:perform_query)
+        def perform_query(raw_connection, sql, binds, type_casted_binds, prepare:, notification_payload:, batch: false)
+          super(raw_connection, sql, binds, type_casted_binds, prepare: false, notification_payload: notification_payload,
+                                                                batch: batch)
+        end
+      else
+        def exec_cache(sql, name, binds, async:, allow_retry:, materialize_transactions:)
+          exec_no_cache(sql, name, binds, async: async, allow_retry: allow_retry,
+                                          materialize_transactions: materialize_transactions)
+        end
       end
 
       def connect

@@ -56,12 +56,18 @@ module ActiveRecord
 
           # Weft::Postgres::Pool options from the configuration: `pool:` real connections (or
           # `max_connections:`, Rails 8.1's name for it, which refuses the two set apart),
-          # `checkout_timeout:` seconds to wait for one, `pipelining:` and `pipeline_depth:`.
+          # `checkout_timeout:` seconds to wait for one, `pipelining:` and `pipeline_depth:`,
+          # and named statements per connection: none with `prepared_statements: false` (values
+          # are then written into the SQL, whose texts seldom repeat), else `statement_limit:`
+          # (ActiveRecord's bound for its own) or the pool's default.
           def pool_options(config)
+            boolean = ActiveModel::Type::Boolean.new
+            prepared = boolean.cast(config.fetch(:prepared_statements, true))
             options = {
               limit: Integer(config[:max_connections] || config[:pool] || DEFAULT_LIMIT),
               acquire_timeout: Float(config[:checkout_timeout] || DEFAULT_ACQUIRE_TIMEOUT),
-              pipelining: ActiveModel::Type::Boolean.new.cast(config.fetch(:pipelining, true)),
+              pipelining: boolean.cast(config.fetch(:pipelining, true)),
+              prepared_statements: prepared && (config[:statement_limit] ? Integer(config[:statement_limit]) : true),
             }
             options[:pipeline_depth] = Integer(config[:pipeline_depth]) if config[:pipeline_depth]
             options
