@@ -10,6 +10,7 @@ require_relative "weft_postgresql/routed_connection"
 require_relative "weft_postgresql/lease_limit"
 require_relative "weft_postgresql/type_lookup"
 require_relative "weft_postgresql/pool_disconnect"
+require_relative "../../weft/postgres/active_record_task_end"
 
 module ActiveRecord
   module ConnectionAdapters
@@ -229,5 +230,9 @@ module ActiveRecord
     end
   end
 end
+
+# A task's adapter goes back to ActiveRecord's pool as the task ends, not to the next task in its
+# fiber (see Weft::Postgres::ActiveRecordTaskEnd).
+Weft::Postgres::ActiveRecordTaskEnd.install
 
 ActiveSupport.run_load_hooks(:active_record_weft_postgresqladapter, ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter)
