@@ -69,7 +69,13 @@ class PostgresActiveRecordTaskEndTest < Minitest::Test
     begin
       shared = pool.respond_to?(:lease_connection) ? pool.lease_connection : pool.connection
       Weft.run do
-        2.times { |i| Weft.spawn { Note.create!(tag: "in the test's transaction #{i}") }.wait }
+        2.times do |i|
+          Weft.spawn do
+            # Leased with the task's fiber (Rails 7.2 and 8.1 lease the pinned connection)
+            conn = pool.respond_to?(:lease_connection) ? pool.lease_connection : pool.connection
+            conn.execute("INSERT INTO weft_task_end_notes (tag) VALUES ('in the test''s transaction #{i}')")
+          end.wait
+        end
       end
       assert shared.transaction_open?
       assert_equal 2, shared.select_value("SELECT count(*) FROM weft_task_end_notes").to_i

@@ -66,6 +66,8 @@ module Weft
           return unless (pools = locals[POOLS])
           locals[POOLS] = nil
           context = ActiveSupport::IsolatedExecutionState.context
+          # With isolation_level :thread a lease is the thread's, shared by all its tasks.
+          return unless context.equal?(Fiber.current)
           pools.each_key { |pool| give_back_from(pool, context) }
         end
 
