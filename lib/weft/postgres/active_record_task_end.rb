@@ -16,8 +16,10 @@ module Weft
     # to the next task there, with its session (a SET) and an open transaction (execute("BEGIN")),
     # and it stayed out of the pool while the fiber waited idle. Here it goes back as the task
     # ends, as the reaper gives back a dead fiber's connection: reset (rolled back, its session
-    # cleared and set up again; on PostgreSQL ROLLBACK if needed, DISCARD ALL and the session
-    # settings, round trips the weft_postgresql adapter does not make) and checked in.
+    # cleared and set up again: with `adapter: postgresql` ActiveRecord's reset!, ROLLBACK if
+    # needed, DISCARD ALL, the session settings and the type map, about ten round trips; the
+    # weft_postgresql adapter gives back the PostgreSQL connection it held, if any, and makes
+    # none of its own) and checked in.
     #
     # A task that holds nothing at its end costs a fiber-local read: only tasks that checked a
     # connection out (with_connection included) are looked at, and only in those pools. A
@@ -82,10 +84,15 @@ module Weft
         end
 
         # Clears what the task left in the connection's session, as the reaper does before it
-        # checks a dead owner's connection in. A connection that cannot be reset is
-        # disconnected: ActiveRecord reconnects it at its next use.
+        # checks a dead owner's connection in (#reset!), or as the adapter knows to do more
+        # cheaply (`reset_for_next_task!`: the weft_postgresql adapter's). A connection that
+        # cannot be reset is disconnected: ActiveRecord reconnects it at its next use.
         def reset(connection)
-          connection.reset!
+          if connection.respond_to?(:reset_for_next_task!)
+            connection.reset_for_next_task!
+          else
+            connection.reset!
+          end
         rescue StandardError => e
           Weft.logger.warn("ActiveRecord connection left by a task could not be reset (#{e.class}: #{e.message}); disconnecting it")
           begin
