@@ -50,4 +50,46 @@ class FiberReuseTest < Minitest::Test
     assert_operator elapsed, :>=, 0.04
     assert_operator elapsed, :<, 1
   end
+
+  # Weft::Task.on_end: what a library keeps elsewhere, keyed by the Fiber (ActiveRecord's
+  # connection leases), it gives back in a hook that runs as each task ends, in the task's fiber,
+  # once its outcome is set and before its waiter resumes.
+  def test_end_hooks_run_in_the_ending_tasks_fiber_before_its_waiter_resumes
+    seen = []
+    hook = Weft::Task.on_end do |task|
+      seen << [task.name, task.status, Fiber.current.equal?(task.instance_variable_get(:@fiber)),
+               Weft::Task.current.equal?(task), task.cancel]
+    end
+    log = capture_log do
+      Weft.run do
+        Weft.spawn(name: "ok") { :value }.wait
+        seen << :waiter_resumed
+        failing = Weft.spawn(name: "bad") { raise ArgumentError, "boom" }
+        assert_raises(ArgumentError) { failing.wait }
+        Weft.spawn(name: "slept") { sleep 0.01 }.wait
+      end
+    end
+    assert_equal [["ok", :completed, true, true, false], :waiter_resumed, ["bad", :failed, true, true, false],
+                  ["slept", :completed, true, true, false]], seen.first(4) # then Weft.run's own task
+    assert_equal "", log
+  ensure
+    Weft::Task.remove_end_hook(hook)
+  end
+
+  # A hook that fails is logged; the task's outcome and the other hooks are not affected.
+  def test_a_failing_end_hook_is_logged_and_changes_nothing
+    ran = 0
+    failing = Weft::Task.on_end { raise "hook broke" }
+    counting = Weft::Task.on_end { ran += 1 }
+    value = nil
+    log = capture_log { value = Weft.run { Weft.spawn { 42 }.wait } }
+    assert_equal 42, value
+    assert_operator ran, :>=, 1
+    assert_match(/task end hook failed .*RuntimeError: hook broke/, log)
+    assert Weft::Task.remove_end_hook(failing)
+    assert Weft::Task.remove_end_hook(counting)
+    refute Weft::Task.remove_end_hook(counting)
+    log = capture_log { Weft.run { Weft.spawn { 1 }.wait } }
+    assert_equal "", log
+  end
 end

@@ -22,6 +22,35 @@ module Weft
     STORAGE = Fiber.method_defined?(:storage)
     NO_STORAGE = {}.freeze
     private_constant :STORAGE, :NO_STORAGE
+
+    # The hooks registered with Task.on_end, in registration order.
+    END_HOOKS = []
+    private_constant :END_HOOKS
+
+    # Registers a block that runs each time a task ends, in the task's own fiber, before anyone
+    # waiting for the task hears of it and before the scheduler reuses the fiber for another
+    # task. It gets the task (done?, status, error set; Task.current is still the task). For
+    # libraries that keep per-fiber resources of their own (ActiveRecord's connection leases,
+    # keyed by the Fiber: see Weft::Postgres::ActiveRecordTaskEnd): Weft runs task after task in
+    # one pooled fiber, so what a task left with its fiber would pass to the next task there.
+    #
+    # The block may wait (it runs in a task's fiber under the reactor); the task's deadline no
+    # longer applies and the task can no longer be cancelled. An exception it raises is logged
+    # (Weft.logger) and does not change the task's outcome. With no hook registered a task's
+    # end costs one Array#empty? more.
+    # @return [Proc] the block, for Task.remove_end_hook
+    def self.on_end(&block)
+      raise ArgumentError, "Task.on_end needs a block" unless block
+      END_HOOKS << block
+      block
+    end
+
+    # Unregisters a block registered with Task.on_end.
+    # @return [Boolean] whether it was registered
+    def self.remove_end_hook(handle)
+      !END_HOOKS.delete(handle).nil?
+    end
+
     # The task running the current fiber, or nil outside any task.
     # @return [Task, nil]
     def self.current
@@ -198,11 +227,24 @@ module Weft
       @status = status
       @value = value
       @error = error
+      run_end_hooks unless END_HOOKS.empty?
       @fiber = nil # the fiber goes back to the scheduler's pool
       @scheduler.task_ended(self)
       hand_children_to_parent
       @observers&.each { |observer| observer.call(self) }
       report_if_never_observed if status == :failed && !@observed
+    end
+
+    # Runs the Task.on_end hooks: after the status is set, so that they see the outcome and the
+    # task can no longer be cancelled, and before the observers, so that whoever waits for the
+    # task finds what the hooks gave back given back.
+    def run_end_hooks
+      END_HOOKS.each do |hook|
+        hook.call(self)
+      rescue StandardError => e
+        Weft.logger.error((["task end hook failed for task #{@name || object_id}: #{e.class}: #{e.message}"] +
+          (e.backtrace || [])).join("\n\t"))
+      end
     end
 
     # Makes the inherited deadline the fiber's current one and arms the timer that raises

@@ -10,6 +10,7 @@ require_relative "weft_postgresql/routed_connection"
 require_relative "weft_postgresql/lease_limit"
 require_relative "weft_postgresql/type_lookup"
 require_relative "weft_postgresql/pool_disconnect"
+require_relative "../../weft/postgres/active_record_task_end"
 
 module ActiveRecord
   module ConnectionAdapters
@@ -80,6 +81,19 @@ module ActiveRecord
           return connect! unless @raw_connection
           @raw_connection.release
           AbstractAdapter.instance_method(:reset!).bind_call(self)
+        end
+      end
+
+      # Clears what a Weft task that ended with this adapter leased left in it, before the
+      # adapter goes back to ActiveRecord's pool (Weft::Postgres::ActiveRecordTaskEnd): the
+      # PostgreSQL connection it held goes back to the shared pool (rolled back, its session
+      # cleared) and ActiveRecord's transaction state is dropped. Unlike #reset!, which also
+      # configures the adapter again (a pg_type query), no round trip when nothing is held.
+      # @return [void]
+      def reset_for_next_task!
+        @lock.synchronize do
+          @raw_connection&.release
+          reset_transaction
         end
       end
 
@@ -236,5 +250,9 @@ module ActiveRecord
     end
   end
 end
+
+# A task's adapter goes back to ActiveRecord's pool as the task ends, not to the next task in its
+# fiber (see Weft::Postgres::ActiveRecordTaskEnd).
+Weft::Postgres::ActiveRecordTaskEnd.install
 
 ActiveSupport.run_load_hooks(:active_record_weft_postgresqladapter, ActiveRecord::ConnectionAdapters::WeftPostgreSQLAdapter)

@@ -20,7 +20,10 @@ require "active_record/database_configurations"
 # - the `weft_postgresql` adapter (active_record/connection_adapters/weft_postgresql_adapter),
 #   which shares a few pipelined connections among all fibers instead. That adapter needs only
 #   the isolation level from here: an app may require the adapter and set
-#   `config.active_support.isolation_level = :fiber` itself instead of this file.
+#   `config.active_support.isolation_level = :fiber` itself instead of this file;
+# - connections given back to ActiveRecord's pools as each Weft task ends, whatever the adapter
+#   (Weft::Postgres::ActiveRecordTaskEnd): Weft reuses a task's fiber for the next task, and
+#   ActiveRecord would keep a connection the task left leased with the fiber.
 module Weft
   module Postgres
     # What `require "weft/postgres/active_record"` sets up. Named so as not to shadow
@@ -57,6 +60,8 @@ end
 ActiveSupport::IsolatedExecutionState.isolation_level = :fiber
 ActiveRecord::DatabaseConfigurations::HashConfig.prepend(Weft::Postgres::FiberActiveRecord::DefaultPoolSize)
 require "active_record/connection_adapters/weft_postgresql_adapter"
+require_relative "active_record_task_end"
+Weft::Postgres::ActiveRecordTaskEnd.install # done by the adapter already; said here too, as this file promises it
 
 if defined?(Rails::Railtie)
   module Weft

@@ -253,7 +253,9 @@ module ActiveRecord
         # cleared, and given back before the next task's first statement, as a fiber's own
         # state is (Weft's scheduler clears fiber-locals between tasks). A lease used from
         # another fiber (an adapter shared on purpose, such as the one transactional tests pin)
-        # is left alone.
+        # is left alone. Weft::Postgres::ActiveRecordTaskEnd gives the adapter itself back to
+        # ActiveRecord's pool as the task ends; this is the second line, for an adapter that
+        # stayed with the fiber all the same (one it did not own, or a hook that failed).
         def drop_earlier_tasks_lease
           return unless Fiber.current.equal?(@lease_fiber) && !Weft::Task.current.equal?(@lease_task)
           lease = @lease
