@@ -167,19 +167,25 @@ class HTTPClientBreakerTest < Minitest::Test
     assert_raises(Weft::CircuitOpen) { http.get("/") }
   end
 
-  # The request's own `deadline:` starts before the breaker, so it bounds the breaker's guards
-  # too: a bulkhead slot that does not free up in time is refused by the deadline (a
-  # Weft::BulkheadFull, nothing sent), not waited for until the slot frees up and then failed
-  # at once with DeadlineExceeded.
-  def test_a_bulkhead_wait_inside_the_breaker_ends_by_the_requests_deadline
-    go = { released: false }
-    srv = server do |request|
+  # A server whose /hold requests are answered once go[:released] (or after 3 s), so that a
+  # request holds its bulkhead slot meanwhile; other paths answer at once.
+  def holding_server(go)
+    server do |request|
       if request.path == "/hold"
         held_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         sleep 0.01 until go[:released] || Process.clock_gettime(Process::CLOCK_MONOTONIC) - held_since > 3
       end
       [200, {}, "ok"]
     end
+  end
+
+  # The request's own `deadline:` starts before the breaker, so it bounds the breaker's guards
+  # too: a bulkhead slot that does not free up in time is refused by the deadline (a
+  # Weft::BulkheadFull, nothing sent), not waited for until the slot frees up and then failed
+  # at once with DeadlineExceeded.
+  def test_a_bulkhead_wait_inside_the_breaker_ends_by_the_requests_deadline
+    go = { released: false }
+    srv = holding_server(go)
     bulkhead = Weft::Bulkhead.new(limit: 1, queue: 4) # no timeout of its own
     breaker = Weft::CircuitBreaker.new("test #{name}", register: false, bulkhead: bulkhead)
     http = client(srv.url, breaker: breaker)
@@ -201,13 +207,7 @@ class HTTPClientBreakerTest < Minitest::Test
   # DeadlineExceeded (a Weft::HTTP::Error, naming the wait), like every other wait of a request.
   def test_a_bulkhead_wait_inside_the_breaker_ends_by_the_callers_deadline_as_the_clients_error
     go = { released: false }
-    srv = server do |request|
-      if request.path == "/hold"
-        held_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        sleep 0.01 until go[:released] || Process.clock_gettime(Process::CLOCK_MONOTONIC) - held_since > 3
-      end
-      [200, {}, "ok"]
-    end
+    srv = holding_server(go)
     breaker = Weft::CircuitBreaker.new("test #{name}", register: false, bulkhead: Weft::Bulkhead.new(limit: 1, queue: 4))
     http = client(srv.url, breaker: breaker)
     Weft.run do
