@@ -40,6 +40,31 @@ class ServerTimeoutsTest < Minitest::Test
     end
   end
 
+  # A client still sending when its 408 comes (the rest of a slow head, of a slow body) must
+  # be able to read it: a socket closed at once resets the connection at the client's next
+  # bytes, and a reset can destroy the answer before the client reads it (RFC 9112 section
+  # 9.6; Linux keeps what arrived, other stacks and a 408 not yet sent do not). So the server
+  # shuts down its side after the 408 and takes what the client still sends for a while, as
+  # after a 413: the client reads the 408, then a clean end of stream, and its writes in
+  # between are taken. Before, these writes met EPIPE and the read after the 408 a reset.
+  def test_a_408_for_a_slow_head_lingers_for_a_client_still_sending
+    with_server(HELLO, header_timeout: 0.4) do |server, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n") # parked mid-head: its timer answers the 408
+      assert_elapsed_under(4) { assert_lingers_after_408(socket, 0.6) }
+      assert_equal "ok", http_get(port).body
+      assert_operator server.statistics.client_errors, :>=, 1
+    end
+  end
+
+  def test_a_408_for_a_slow_body_lingers_for_a_client_still_sending
+    with_server(ECHO, body_timeout: 0.3) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nabc")
+      assert_elapsed_under(4) { assert_lingers_after_408(socket, 0.5) }
+    end
+  end
+
   def test_idle_keep_alive_and_silent_connections_are_closed
     with_server(HELLO, idle_timeout: 0.4, first_data_timeout: 0.4) do |server, port|
       silent = connect(port)
@@ -105,5 +130,20 @@ class ServerTimeoutsTest < Minitest::Test
       assert parked.wait_readable(2), "no answer to the request sent before the idle timeout"
       assert_equal "/second", read_response(parked).body
     end
+  end
+
+  private
+
+  # Waits past the timeout, sends more of the request (as a slow client does, unaware), then
+  # reads: the 408, then the end of the stream (not a reset).
+  def assert_lingers_after_408(socket, wait)
+    sleep wait
+    3.times do
+      socket.write("X-More: #{'m' * 1000}\r\n")
+      sleep 0.02
+    end
+    response = read_response(socket)
+    assert_equal 408, response.status
+    assert_equal "", socket.read, "the 408 is followed by a clean end of stream"
   end
 end

@@ -84,6 +84,7 @@ module Weft
         @tls = listener.ssl? # the handshake comes first (#start)
         @idle_since = Timers.now
         @head_deadline = nil # while part of a head has arrived: when the rest is due
+        @linger_deadline = nil # while parked after a 408 (#linger_parked): when to stop reading
       end
 
       def inspect
@@ -118,8 +119,10 @@ module Weft
       end
 
       # Called by the IdlePool in a new task once the parked socket is readable: a TLS client's
-      # first bytes (the handshake comes first), or a request.
+      # first bytes (the handshake comes first), a request, or what a client still sends after
+      # its 408 (#linger_parked).
       def resume
+        return drop_lingering if @linger_deadline
         return serve(@settings.idle_timeout) unless @tls && !@stream.tls?
         serve(@settings.first_data_timeout) if handshake
       end
@@ -127,15 +130,15 @@ module Weft
       # Called by the IdlePool from the loop fiber when a parked connection stayed silent past
       # its timeout: keep-alive connections are simply closed (RFC 9112 §9.5). One parked with
       # part of a request head (see #read_head) gets a 408 first, if the socket takes it at
-      # once. Must not block.
+      # once, and lingers, parked, for what the client still sends (#linger_parked). One that
+      # lingered so is closed. Must not block.
       def idle_expired
-        if @head_deadline
-          @statistics.client_error!
-          @stream.io.write_nonblock(ResponseWriter.error_response(408, "request head not received in time"), exception: false)
-        end
+        return close unless @head_deadline && !@linger_deadline
+        @statistics.client_error!
+        answer = ResponseWriter.error_response(408, "request head not received in time")
+        written = @stream.io.write_nonblock(answer, exception: false)
+        written == answer.bytesize ? linger_parked : close
       rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
-        nil
-      ensure
         close
       end
 
@@ -413,9 +416,14 @@ module Weft
       rescue HTTP1::ParseError => e
         parse_failed(e)
       rescue ClientTimeout
-        # Slowloris: only answer a client that sent part of a head.
-        answer_error(408, "request head not received in time") unless @stream.buffer.empty?
-        raise
+        # Slowloris: only answer a client that sent part of a head, and take what it still
+        # sends for a while (#linger), so that the 408 is not lost to a reset. (This path runs
+        # in a fiber during a graceful stop, or when a parked head's deadline passed as it
+        # woke; #idle_expired answers the head that stays parked.)
+        raise if @stream.buffer.empty?
+        answer_error(408, "request head not received in time")
+        linger
+        false
       end
 
       # @return [IO, nil] rack.input, or nil after answering an error
@@ -433,8 +441,9 @@ module Weft
         answer_error(e.status, e.message)
         linger
       rescue ClientTimeout
+        # The client may still be sending (slowly): its 408 is not to be lost to a reset.
         answer_error(408, "request body not received in time")
-        raise
+        linger
       end
 
       # A malformed or oversized head: answered with the status the parser chose.
@@ -490,6 +499,39 @@ module Weft
       rescue ClientGone, ClientTimeout, IOError, SystemCallError, OpenSSL::SSL::SSLError
         nil
       ensure
+        close
+      end
+
+      # After a 408 written from the loop fiber (#idle_expired), which cannot wait: the server's
+      # side is shut down and the connection parked again, for at most LINGER_SECONDS, so that
+      # what the client still sends is read and dropped (#drop_lingering) rather than answered
+      # with a reset, which can destroy the 408 (see #linger). It holds no fiber meanwhile, and
+      # counts as idle: at max_connections it is among the first reclaimed. During a graceful
+      # stop it is closed at once.
+      def linger_parked
+        return close if @host.stopping?
+        @socket.shutdown(Socket::SHUT_WR) unless @tls
+        @stream.buffer.clear
+        @linger_deadline = Timers.now + LINGER_SECONDS
+        @linger_left = LINGER_BYTES
+        @host.park(self, LINGER_SECONDS)
+      rescue IOError, SystemCallError
+        close
+      end
+
+      # A connection lingering after its 408 (#linger_parked) got more bytes: they are dropped,
+      # and it is parked again for the rest of its linger, or closed at the client's end of
+      # stream, past LINGER_BYTES, past LINGER_SECONDS, or when the server stops.
+      def drop_lingering
+        while fill_now
+          @linger_left -= @stream.buffer.bytesize
+          @stream.buffer.clear
+          break if @linger_left <= 0
+        end
+        remaining = @linger_deadline - Timers.now
+        return close if @linger_left <= 0 || remaining <= 0 || @host.stopping?
+        @host.park(self, remaining)
+      rescue ClientGone, IOError, SystemCallError, OpenSSL::SSL::SSLError
         close
       end
 

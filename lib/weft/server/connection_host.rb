@@ -251,8 +251,12 @@ module Weft
       # accept loop at shutdown leaves in-flight requests to finish. The task is registered as
       # it is spawned, not as it starts (on the reactor's next turn), so that the stop waits for
       # a connection it has just admitted instead of closing it unread, which resets it.
+      # Spawned through the scheduler itself, as Weft.spawn(detached: true) would, but allowed
+      # from the reactor's loop fiber too: a connection lingering after its 408 is parked from
+      # an idle timer's callback (Connection#idle_expired), and parking may hand a reclaimed
+      # connection with a request waiting back to be served.
       def serve(connection, method)
-        task = Weft.spawn(self, connection, method, name: "weft connection", detached: true, &SERVE)
+        task = Weft.scheduler.spawn(nil, "weft connection", [self, connection, method], SERVE)
         @tasks[task] = true
       end
 
