@@ -65,6 +65,62 @@ class ServerTimeoutsTest < Minitest::Test
     end
   end
 
+  # body_timeout bounds each read; body_min_rate bounds the body: past its first body_timeout
+  # it must average the rate. A byte every 0.2 s (5 bytes/s) with body_timeout 0.6 used to keep
+  # a request reading for as long as the client liked (20 bytes over 38 s with body_timeout 3).
+  def test_a_body_trickling_below_body_min_rate_gets_408
+    with_server(ECHO, body_timeout: 0.6, body_min_rate: 500) do |server, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+      started = Weft::Timers.now
+      answered = false
+      until answered || Weft::Timers.now - started > 4
+        begin
+          socket.write("x")
+        rescue Errno::EPIPE, Errno::ECONNRESET
+          break
+        end
+        answered = socket.wait_readable(0.2)
+      end
+      assert_equal 408, read_response(socket).status
+      elapsed = Weft::Timers.now - started
+      assert_operator elapsed, :>=, 0.6 - 0.05, "not before its body_timeout"
+      assert_operator elapsed, :<, 2, "within body_timeout (+ 20 bytes / 500 bytes/s) of the body's start"
+      assert_operator server.statistics.client_errors, :>=, 1
+    end
+  end
+
+  # A body keeping up with the rate goes on past body_timeout: 3,000 bytes in 6 pieces over
+  # about 1.5 s, with body_timeout 0.5 (its deadline grows 1 s per 500 bytes received).
+  def test_a_body_keeping_above_body_min_rate_is_read_past_body_timeout
+    with_server(ECHO, body_timeout: 0.5, body_min_rate: 500) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3000\r\n\r\n")
+      started = Weft::Timers.now
+      6.times do
+        socket.write("y" * 500)
+        sleep 0.25
+      end
+      response = read_response(socket)
+      assert_operator Weft::Timers.now - started, :>, 0.5, "the body took longer than body_timeout"
+      assert_equal 200, response.status
+      assert_equal "y" * 3000, response.body
+    end
+  end
+
+  # Without a minimum rate (body_min_rate nil) only each read is bounded, as before.
+  def test_without_body_min_rate_only_each_read_is_bounded
+    with_server(ECHO, body_timeout: 0.4, body_min_rate: nil) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n")
+      8.times do
+        sleep 0.2
+        socket.write("z")
+      end
+      assert_equal "z" * 8, read_response(socket).body
+    end
+  end
+
   def test_idle_keep_alive_and_silent_connections_are_closed
     with_server(HELLO, idle_timeout: 0.4, first_data_timeout: 0.4) do |server, port|
       silent = connect(port)

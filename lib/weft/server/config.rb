@@ -39,6 +39,7 @@ module Weft
         first_data_timeout: 30,    # a new connection's first request head must start this soon
         header_timeout: 10,        # from a request's first byte to its complete head
         body_timeout: 30,          # at most this long waiting for any one read of a body
+        body_min_rate: 500,        # bytes/s a body must average past its first body_timeout; nil: no minimum
         linger: 0.05,              # a kept-alive connection keeps its fiber this long (+ <= 10 ms) before parking
         idle_timeout: 20,          # keep-alive connection with no request in progress
         write_timeout: 30,         # at most this long waiting for the client to take any output

@@ -111,6 +111,7 @@ module Weft
         first_data_timeout: seconds,
         header_timeout: seconds,
         body_timeout: seconds,
+        body_min_rate: optional(integer(1)),
         linger: optional(seconds(zero: true)),
         idle_timeout: seconds,
         write_timeout: seconds,
