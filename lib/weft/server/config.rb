@@ -52,6 +52,7 @@ module Weft
         request_deadline: nil,     # seconds: the app runs under Weft.deadline; past it the client gets 503
         max_request_line: 8192,
         max_header_bytes: 65_536,
+        partial_head_budget: 64 << 20, # bytes of unfinished heads a process keeps parked; past it big ones go (431)
         max_headers: 100,
         max_body_bytes: 1 << 30,   # 1 GiB; larger bodies get 413
         spool_threshold: 131_072,  # bodies above this go to a temp file

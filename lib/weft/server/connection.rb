@@ -85,6 +85,7 @@ module Weft
         @idle_since = Timers.now
         @head_deadline = nil # while part of a head has arrived: when the rest is due
         @linger_deadline = nil # while parked after a 408 (#linger_parked): when to stop reading
+        @head_parked = false # whether a partial head was parked (held against partial_head_budget)
       end
 
       def inspect
@@ -134,12 +135,15 @@ module Weft
       # lingered so is closed. Must not block.
       def idle_expired
         return close unless @head_deadline && !@linger_deadline
-        @statistics.client_error!
-        answer = ResponseWriter.error_response(408, "request head not received in time")
-        written = @stream.io.write_nonblock(answer, exception: false)
-        written == answer.bytesize ? linger_parked : close
-      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
-        close
+        refuse_head(408, "request head not received in time")
+      end
+
+      # Called by the server (from the loop fiber, or the task of another connection) when this
+      # one, parked with a partial head, is dropped to keep partial_head_budget: answered with a
+      # 431 if the socket takes it at once, and closed after a linger (#refuse_head). It has been
+      # taken out of the IdlePool already. Must not block.
+      def head_dropped
+        refuse_head(431, "the server holds too many unfinished request heads")
       end
 
       # Whether request bytes are waiting in the socket: a parked connection must be served
@@ -157,6 +161,7 @@ module Weft
       def close
         return if @closed
         @closed = true
+        release_head if @head_parked
         @host.forget(self, @hijacked)
         @stream.close
       end
@@ -406,11 +411,13 @@ module Weft
           if @host.stopping?
             fill(remaining)
           else
-            @host.park(self, remaining)
+            @head_parked = true
+            @host.park_head(self, remaining, @stream.buffer.bytesize)
             return :parked
           end
         end
         @head_deadline = nil
+        release_head if @head_parked
         @stream.consume(length) # the env holds copies
         env
       rescue HTTP1::ParseError => e
@@ -500,6 +507,25 @@ module Weft
         nil
       ensure
         close
+      end
+
+      # Answers a parked partial head that will not be served (`status` 408 or 431) if the socket
+      # takes the answer at once, then lingers parked (#linger_parked), or closes when it does
+      # not. Never blocks.
+      def refuse_head(status, message)
+        release_head
+        @statistics.client_error!
+        answer = ResponseWriter.error_response(status, message)
+        written = @stream.io.write_nonblock(answer, exception: false)
+        written == answer.bytesize ? linger_parked : close
+      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
+        close
+      end
+
+      # The partial head no longer counts against partial_head_budget.
+      def release_head
+        @head_parked = false
+        @host.release_head(self)
       end
 
       # After a 408 written from the loop fiber (#idle_expired), which cannot wait: the server's

@@ -119,6 +119,7 @@ module Weft
         worker_boot_timeout: seconds,
         max_request_line: integer(1, PARSER_LIMIT),
         max_header_bytes: integer(1, PARSER_LIMIT),
+        partial_head_budget: optional(integer(1)),
         max_headers: integer(1, MAX_HEADERS),
         max_body_bytes: integer(0),
         spool_threshold: integer(0),
