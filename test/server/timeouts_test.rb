@@ -65,6 +65,19 @@ class ServerTimeoutsTest < Minitest::Test
     end
   end
 
+  # A connection lingering after its 408 is idle: at max_connections a new client takes its
+  # place at once, even while the old client keeps sending (its bytes are no request).
+  def test_a_connection_lingering_after_a_408_gives_way_at_max_connections
+    with_server(HELLO, header_timeout: 0.3, max_connections: 1) do |_, port|
+      slow = connect(port)
+      slow.write("GET / HTTP/1.1\r\nHost: x\r\n")
+      sleep 0.5 # past header_timeout: answered 408, lingering (parked)
+      slow.write("X-More: 1\r\n") # still sending: bytes wait in its socket
+      assert_elapsed_under(1.5) { assert_equal "ok", http_get(port).body }
+      assert_equal 408, read_response(slow).status
+    end
+  end
+
   # body_timeout bounds each read; body_min_rate bounds the body: past its first body_timeout
   # it must average the rate. A byte every 0.2 s (5 bytes/s) with body_timeout 0.6 used to keep
   # a request reading for as long as the client liked (20 bytes over 38 s with body_timeout 3).

@@ -149,10 +149,12 @@ module Weft
       # Whether request bytes are waiting in the socket: a parked connection must be served
       # rather than closed when they are, or the client, which sent its request on a connection
       # still open, sees it reset and cannot tell whether the request was processed. Never
-      # blocks, consumes nothing (Weft::Stream#peek).
+      # blocks, consumes nothing (Weft::Stream#peek). Never true while lingering after a 408
+      # (#linger_parked): what such a client sends is not a request, and at max_connections it
+      # is closed to admit a new client rather than handed back to be read.
       # @return [Boolean]
       def pending_input?
-        !@closed && @stream.peek == :data
+        !@closed && !@linger_deadline && @stream.peek == :data
       end
 
       # Closes the socket (idempotent, never raises, never blocks). Also what a partial hijack
