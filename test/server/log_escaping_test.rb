@@ -52,4 +52,19 @@ class ServerLogEscapingTest < Minitest::Test
     refute_includes message, "\e"
     refute_includes message, "/a\n"
   end
+
+  # A PATH_INFO and a query past ASCII in different encodings (both the app's doing) do not
+  # join as they are: the line is still written, from their bytes, escaped.
+  def test_fields_in_different_encodings_are_logged_as_bytes
+    log = StringIO.new
+    app = lambda do |env|
+      env["PATH_INFO"] = "/caf\xC3\xA9".b
+      env["QUERY_STRING"] = "q=\u00e9\u00e9"
+      [200, {}, []]
+    end
+    with_server(app, lint: false, access_log: log) do |_, port|
+      assert_equal "200", http_get(port, "/").code
+    end
+    assert_includes log.string, "\"GET /caf\\xC3\\xA9?q=\\xC3\\xA9\\xC3\\xA9 HTTP/1.1\" 200"
+  end
 end

@@ -18,7 +18,7 @@ module Weft
 
       module_function
 
-      # @param text [String, nil]
+      # @param text [String, nil] (a String with bytes invalid in its encoding is escaped too)
       # @return [String] `text` itself when nothing needs escaping (the usual case: one match?
       #   and no allocation), else an escaped binary copy
       def escape(text)
