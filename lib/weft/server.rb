@@ -51,6 +51,11 @@ module Weft
     attr_reader :config
     # @return [IdlePool]
     attr_reader :idle_pool
+    # @return [PartialHeads, nil] the unfinished heads parked, within partial_head_budget
+    #   (nil without a budget)
+    def partial_heads
+      @host.partial_heads
+    end
     # @return [Statistics]
     attr_reader :statistics
     # @return [Array<Listener>]

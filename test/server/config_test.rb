@@ -25,6 +25,8 @@ class ServerConfigTest < Minitest::Test
     first_data_timeout: "first_data_timeout 0",
     header_timeout: "header_timeout -1",
     body_timeout: 'body_timeout "30"',
+    body_min_rate: "body_min_rate 0.5",
+    partial_head_budget: "partial_head_budget 0",
     linger: "linger -0.5",
     idle_timeout: "idle_timeout Float::INFINITY",
     write_timeout: "write_timeout 0",

@@ -77,6 +77,53 @@ class ServerHTTPBasicsTest < Minitest::Test
     end
   end
 
+  # An app that chunks its body itself (Rack 2's Rack::Chunked, a proxy passing an upstream's
+  # body on) and sets transfer-encoding: chunked: an HTTP/1.0 client knows no chunked coding
+  # (RFC 9112 section 6.1 and 7.1), so it gets the decoded body, close-delimited, and no
+  # transfer-encoding. It used to get the chunk framing as part of its body.
+  def test_an_app_chunked_body_is_decoded_for_an_http_1_0_client
+    framed = ["3\r\none\r\n", "4\r\n,tw", "o\r\n", "0\r\n\r\n"]
+    [framed, Enumerator.new { |y| framed.each { |part| y << part } }].each do |body|
+      app = ->(_env) { [200, { "content-type" => "text/plain", "transfer-encoding" => "chunked" }, body] }
+      with_server(app, lint: false) do |_, port|
+        socket = connect(port)
+        socket.write("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        raw = Timeout.timeout(5) { socket.read }
+        head, body_read = raw.split("\r\n\r\n", 2)
+        refute_match(/transfer-encoding/i, head)
+        refute_match(/content-length/i, head)
+        assert_match(/connection: close/, head)
+        assert_equal "one,two", body_read, body.class.name
+
+        socket = connect(port) # HTTP/1.1: passed through as the app framed it
+        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = read_response(socket)
+        assert_equal "chunked", response["transfer-encoding"]
+        assert_nil response["content-length"], "content-length beside transfer-encoding (RFC 9112 section 6.2)"
+        assert_equal "one,two", response.body
+      end
+    end
+  end
+
+  # A body that is not the chunked framing it claims cannot be decoded: the connection is cut
+  # after what could be, and the app's error logged, as for a body longer than its
+  # content-length.
+  def test_a_malformed_app_chunked_body_cuts_an_http_1_0_response
+    app = ->(_env) { [200, { "transfer-encoding" => "chunked" }, ["3\r\none\r\n", "not a chunk"]] }
+    log = StringIO.new
+    original = Weft.logger
+    Weft.logger = Logger.new(log)
+    with_server(app, lint: false) do |_, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.0\r\n\r\n")
+      raw = Timeout.timeout(5) { socket.read }
+      assert raw.end_with?("\r\n\r\none"), raw
+    end
+    assert_match(/response body/, log.string)
+  ensure
+    Weft.logger = original
+  end
+
   def test_head_has_headers_but_no_body
     with_server(HELLO) do |_, port|
       socket = connect(port)

@@ -40,6 +40,100 @@ class ServerTimeoutsTest < Minitest::Test
     end
   end
 
+  # A client still sending when its 408 comes (the rest of a slow head, of a slow body) must
+  # be able to read it: a socket closed at once resets the connection at the client's next
+  # bytes, and a reset can destroy the answer before the client reads it (RFC 9112 section
+  # 9.6; Linux keeps what arrived, other stacks and a 408 not yet sent do not). So the server
+  # shuts down its side after the 408 and takes what the client still sends for a while, as
+  # after a 413: the client reads the 408, then a clean end of stream, and its writes in
+  # between are taken. Before, these writes met EPIPE and the read after the 408 a reset.
+  def test_a_408_for_a_slow_head_lingers_for_a_client_still_sending
+    with_server(HELLO, header_timeout: 0.4) do |server, port|
+      socket = connect(port)
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n") # parked mid-head: its timer answers the 408
+      assert_elapsed_under(4) { assert_lingers_after_408(socket, 0.6) }
+      assert_equal "ok", http_get(port).body
+      assert_operator server.statistics.client_errors, :>=, 1
+    end
+  end
+
+  def test_a_408_for_a_slow_body_lingers_for_a_client_still_sending
+    with_server(ECHO, body_timeout: 0.3) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nabc")
+      assert_elapsed_under(4) { assert_lingers_after_408(socket, 0.5) }
+    end
+  end
+
+  # A connection lingering after its 408 is idle: at max_connections a new client takes its
+  # place at once, even while the old client keeps sending (its bytes are no request).
+  def test_a_connection_lingering_after_a_408_gives_way_at_max_connections
+    with_server(HELLO, header_timeout: 0.3, max_connections: 1) do |_, port|
+      slow = connect(port)
+      slow.write("GET / HTTP/1.1\r\nHost: x\r\n")
+      sleep 0.5 # past header_timeout: answered 408, lingering (parked)
+      slow.write("X-More: 1\r\n") # still sending: bytes wait in its socket
+      assert_elapsed_under(1.5) { assert_equal "ok", http_get(port).body }
+      assert_equal 408, read_response(slow).status
+    end
+  end
+
+  # body_timeout bounds each read; body_min_rate bounds the body: past its first body_timeout
+  # it must average the rate. A byte every 0.2 s (5 bytes/s) with body_timeout 0.6 used to keep
+  # a request reading for as long as the client liked (20 bytes over 38 s with body_timeout 3).
+  def test_a_body_trickling_below_body_min_rate_gets_408
+    with_server(ECHO, body_timeout: 0.6, body_min_rate: 500) do |server, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+      started = Weft::Timers.now
+      answered = false
+      until answered || Weft::Timers.now - started > 4
+        begin
+          socket.write("x")
+        rescue Errno::EPIPE, Errno::ECONNRESET
+          break
+        end
+        answered = socket.wait_readable(0.2)
+      end
+      assert_equal 408, read_response(socket).status
+      elapsed = Weft::Timers.now - started
+      assert_operator elapsed, :>=, 0.6 - 0.05, "not before its body_timeout"
+      assert_operator elapsed, :<, 2, "within body_timeout (+ 20 bytes / 500 bytes/s) of the body's start"
+      assert_operator server.statistics.client_errors, :>=, 1
+    end
+  end
+
+  # A body keeping up with the rate goes on past body_timeout: 3,000 bytes in 6 pieces over
+  # about 1.5 s, with body_timeout 0.5 (its deadline grows 1 s per 500 bytes received).
+  def test_a_body_keeping_above_body_min_rate_is_read_past_body_timeout
+    with_server(ECHO, body_timeout: 0.5, body_min_rate: 500) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3000\r\n\r\n")
+      started = Weft::Timers.now
+      6.times do
+        socket.write("y" * 500)
+        sleep 0.25
+      end
+      response = read_response(socket)
+      assert_operator Weft::Timers.now - started, :>, 0.5, "the body took longer than body_timeout"
+      assert_equal 200, response.status
+      assert_equal "y" * 3000, response.body
+    end
+  end
+
+  # Without a minimum rate (body_min_rate nil) only each read is bounded, as before.
+  def test_without_body_min_rate_only_each_read_is_bounded
+    with_server(ECHO, body_timeout: 0.4, body_min_rate: nil) do |_, port|
+      socket = connect(port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n")
+      8.times do
+        sleep 0.2
+        socket.write("z")
+      end
+      assert_equal "z" * 8, read_response(socket).body
+    end
+  end
+
   def test_idle_keep_alive_and_silent_connections_are_closed
     with_server(HELLO, idle_timeout: 0.4, first_data_timeout: 0.4) do |server, port|
       silent = connect(port)
@@ -105,5 +199,20 @@ class ServerTimeoutsTest < Minitest::Test
       assert parked.wait_readable(2), "no answer to the request sent before the idle timeout"
       assert_equal "/second", read_response(parked).body
     end
+  end
+
+  private
+
+  # Waits past the timeout, sends more of the request (as a slow client does, unaware), then
+  # reads: the 408, then the end of the stream (not a reset).
+  def assert_lingers_after_408(socket, wait)
+    sleep wait
+    3.times do
+      socket.write("X-More: #{'m' * 1000}\r\n")
+      sleep 0.02
+    end
+    response = read_response(socket)
+    assert_equal 408, response.status
+    assert_equal "", socket.read, "the 408 is followed by a clean end of stream"
   end
 end

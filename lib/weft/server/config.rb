@@ -39,6 +39,7 @@ module Weft
         first_data_timeout: 30,    # a new connection's first request head must start this soon
         header_timeout: 10,        # from a request's first byte to its complete head
         body_timeout: 30,          # at most this long waiting for any one read of a body
+        body_min_rate: 500,        # bytes/s a body must average past its first body_timeout; nil: no minimum
         linger: 0.05,              # a kept-alive connection keeps its fiber this long (+ <= 10 ms) before parking
         idle_timeout: 20,          # keep-alive connection with no request in progress
         write_timeout: 30,         # at most this long waiting for the client to take any output
@@ -51,6 +52,7 @@ module Weft
         request_deadline: nil,     # seconds: the app runs under Weft.deadline; past it the client gets 503
         max_request_line: 8192,
         max_header_bytes: 65_536,
+        partial_head_budget: 64 << 20, # bytes of unfinished heads a process keeps parked; past it big ones go (431)
         max_headers: 100,
         max_body_bytes: 1 << 30,   # 1 GiB; larger bodies get 413
         spool_threshold: 131_072,  # bodies above this go to a temp file

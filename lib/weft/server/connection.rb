@@ -84,6 +84,8 @@ module Weft
         @tls = listener.ssl? # the handshake comes first (#start)
         @idle_since = Timers.now
         @head_deadline = nil # while part of a head has arrived: when the rest is due
+        @linger_deadline = nil # while parked after a 408 (#linger_parked): when to stop reading
+        @head_parked = false # whether a partial head was parked (held against partial_head_budget)
       end
 
       def inspect
@@ -118,8 +120,10 @@ module Weft
       end
 
       # Called by the IdlePool in a new task once the parked socket is readable: a TLS client's
-      # first bytes (the handshake comes first), or a request.
+      # first bytes (the handshake comes first), a request, or what a client still sends after
+      # its 408 (#linger_parked).
       def resume
+        return drop_lingering if @linger_deadline
         return serve(@settings.idle_timeout) unless @tls && !@stream.tls?
         serve(@settings.first_data_timeout) if handshake
       end
@@ -127,25 +131,30 @@ module Weft
       # Called by the IdlePool from the loop fiber when a parked connection stayed silent past
       # its timeout: keep-alive connections are simply closed (RFC 9112 §9.5). One parked with
       # part of a request head (see #read_head) gets a 408 first, if the socket takes it at
-      # once. Must not block.
+      # once, and lingers, parked, for what the client still sends (#linger_parked). One that
+      # lingered so is closed. Must not block.
       def idle_expired
-        if @head_deadline
-          @statistics.client_error!
-          @stream.io.write_nonblock(ResponseWriter.error_response(408, "request head not received in time"), exception: false)
-        end
-      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
-        nil
-      ensure
-        close
+        return close unless @head_deadline && !@linger_deadline
+        refuse_head(408, "request head not received in time")
+      end
+
+      # Called by the server (from the loop fiber, or the task of another connection) when this
+      # one, parked with a partial head, is dropped to keep partial_head_budget: answered with a
+      # 431 if the socket takes it at once, and closed after a linger (#refuse_head). It has been
+      # taken out of the IdlePool already. Must not block.
+      def head_dropped
+        refuse_head(431, "the server holds too many unfinished request heads")
       end
 
       # Whether request bytes are waiting in the socket: a parked connection must be served
       # rather than closed when they are, or the client, which sent its request on a connection
       # still open, sees it reset and cannot tell whether the request was processed. Never
-      # blocks, consumes nothing (Weft::Stream#peek).
+      # blocks, consumes nothing (Weft::Stream#peek). Never true while lingering after a 408
+      # (#linger_parked): what such a client sends is not a request, and at max_connections it
+      # is closed to admit a new client rather than handed back to be read.
       # @return [Boolean]
       def pending_input?
-        !@closed && @stream.peek == :data
+        !@closed && !@linger_deadline && @stream.peek == :data
       end
 
       # Closes the socket (idempotent, never raises, never blocks). Also what a partial hijack
@@ -154,6 +163,7 @@ module Weft
       def close
         return if @closed
         @closed = true
+        release_head if @head_parked
         @host.forget(self, @hijacked)
         @stream.close
       end
@@ -403,19 +413,26 @@ module Weft
           if @host.stopping?
             fill(remaining)
           else
-            @host.park(self, remaining)
+            @head_parked = true
+            @host.park_head(self, remaining, @stream.buffer.bytesize)
             return :parked
           end
         end
         @head_deadline = nil
+        release_head if @head_parked
         @stream.consume(length) # the env holds copies
         env
       rescue HTTP1::ParseError => e
         parse_failed(e)
       rescue ClientTimeout
-        # Slowloris: only answer a client that sent part of a head.
-        answer_error(408, "request head not received in time") unless @stream.buffer.empty?
-        raise
+        # Slowloris: only answer a client that sent part of a head, and take what it still
+        # sends for a while (#linger), so that the 408 is not lost to a reset. (This path runs
+        # in a fiber during a graceful stop, or when a parked head's deadline passed as it
+        # woke; #idle_expired answers the head that stays parked.)
+        raise if @stream.buffer.empty?
+        answer_error(408, "request head not received in time")
+        linger
+        false
       end
 
       # @return [IO, nil] rack.input, or nil after answering an error
@@ -433,8 +450,9 @@ module Weft
         answer_error(e.status, e.message)
         linger
       rescue ClientTimeout
+        # The client may still be sending (slowly): its 408 is not to be lost to a reset.
         answer_error(408, "request body not received in time")
-        raise
+        linger
       end
 
       # A malformed or oversized head: answered with the status the parser chose.
@@ -490,6 +508,58 @@ module Weft
       rescue ClientGone, ClientTimeout, IOError, SystemCallError, OpenSSL::SSL::SSLError
         nil
       ensure
+        close
+      end
+
+      # Answers a parked partial head that will not be served (`status` 408 or 431) if the socket
+      # takes the answer at once, then lingers parked (#linger_parked), or closes when it does
+      # not. Never blocks.
+      def refuse_head(status, message)
+        release_head
+        @statistics.client_error!
+        answer = ResponseWriter.error_response(status, message)
+        written = @stream.io.write_nonblock(answer, exception: false)
+        written == answer.bytesize ? linger_parked : close
+      rescue IOError, SystemCallError, OpenSSL::SSL::SSLError
+        close
+      end
+
+      # The partial head no longer counts against partial_head_budget.
+      def release_head
+        @head_parked = false
+        @host.release_head(self)
+      end
+
+      # After a 408 written from the loop fiber (#idle_expired), which cannot wait: the server's
+      # side is shut down and the connection parked again, for at most LINGER_SECONDS, so that
+      # what the client still sends is read and dropped (#drop_lingering) rather than answered
+      # with a reset, which can destroy the 408 (see #linger). It holds no fiber meanwhile, and
+      # counts as idle: at max_connections it is among the first reclaimed. During a graceful
+      # stop it is closed at once.
+      def linger_parked
+        return close if @host.stopping?
+        @socket.shutdown(Socket::SHUT_WR) unless @tls
+        @stream.buffer.clear
+        @linger_deadline = Timers.now + LINGER_SECONDS
+        @linger_left = LINGER_BYTES
+        @host.park(self, LINGER_SECONDS)
+      rescue IOError, SystemCallError
+        close
+      end
+
+      # A connection lingering after its 408 (#linger_parked) got more bytes: they are dropped,
+      # and it is parked again for the rest of its linger, or closed at the client's end of
+      # stream, past LINGER_BYTES, past LINGER_SECONDS, or when the server stops.
+      def drop_lingering
+        while fill_now
+          @linger_left -= @stream.buffer.bytesize
+          @stream.buffer.clear
+          break if @linger_left <= 0
+        end
+        remaining = @linger_deadline - Timers.now
+        return close if @linger_left <= 0 || remaining <= 0 || @host.stopping?
+        @host.park(self, remaining)
+      rescue ClientGone, IOError, SystemCallError, OpenSSL::SSL::SSLError
         close
       end
 

@@ -5,6 +5,7 @@ require_relative "connection_settings"
 require_relative "idle_pool"
 require_relative "connection"
 require_relative "hijacked_sockets"
+require_relative "partial_heads"
 
 module Weft
   class Server
@@ -19,6 +20,7 @@ module Weft
     #   statistics, log_error             counting client and parse errors; logging unexpected ones
     #   stopping?, drain_remaining        the graceful stop
     #   park                              between requests: into the IdlePool, with no fiber
+    #   park_head, release_head           a head parked unfinished, within partial_head_budget
     #   hand_over                         taken by the app (hijack, streaming body)
     #   forget                            closed (a handed-over one too, when closed through
     #                                     the server's Stream)
@@ -71,7 +73,11 @@ module Weft
         @tasks = {}.compare_by_identity
         @stopping = false
         @shutdown_deadline = nil
+        @partial_heads = PartialHeads.new(config[:partial_head_budget]) if config[:partial_head_budget]
       end
+
+      # @return [PartialHeads, nil] the budget of parked partial heads (nil: none set)
+      attr_reader :partial_heads
 
       # --- For connections ----------------------------------------------------------------
 
@@ -101,6 +107,25 @@ module Weft
       def park(connection, timeout)
         @idle_pool.park(connection, timeout)
         reclaim_idle if @capacity.waiting.positive? && full?
+      end
+
+      # Parks a connection whose head is not complete (#park), holding `bytes` of it against
+      # partial_head_budget: past the budget the oldest large partial heads parked are dropped
+      # (Connection#head_dropped: a 431 if the socket takes it at once, then closed).
+      # @param connection [Connection]
+      # @param timeout [Numeric] seconds left of its header_timeout
+      # @param bytes [Integer] of the head so far
+      def park_head(connection, timeout, bytes)
+        park(connection, timeout)
+        @partial_heads&.hold(connection, bytes) do |victim|
+          victim.head_dropped if @idle_pool.remove(victim)
+        end
+      end
+
+      # The connection no longer holds a parked partial head (complete, answered, closed).
+      # @param connection [Connection]
+      def release_head(connection)
+        @partial_heads&.release(connection)
       end
 
       # The app took the connection's socket (full or partial hijack, a streaming body): the
@@ -251,8 +276,12 @@ module Weft
       # accept loop at shutdown leaves in-flight requests to finish. The task is registered as
       # it is spawned, not as it starts (on the reactor's next turn), so that the stop waits for
       # a connection it has just admitted instead of closing it unread, which resets it.
+      # Spawned through the scheduler itself, as Weft.spawn(detached: true) would, but allowed
+      # from the reactor's loop fiber too: a connection lingering after its 408 is parked from
+      # an idle timer's callback (Connection#idle_expired), and parking may hand a reclaimed
+      # connection with a request waiting back to be served.
       def serve(connection, method)
-        task = Weft.spawn(self, connection, method, name: "weft connection", detached: true, &SERVE)
+        task = Weft.scheduler.spawn(nil, "weft connection", [self, connection, method], SERVE)
         @tasks[task] = true
       end
 

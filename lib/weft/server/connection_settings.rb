@@ -10,7 +10,7 @@ module Weft
     #   settings.idle_timeout # => 20
     ConnectionSettings = Struct.new(:first_data_timeout, :idle_timeout, :header_timeout, :write_timeout, :linger,
                                     :max_requests_per_connection, :max_request_line, :max_header_bytes, :max_headers,
-                                    :body_timeout, :max_body_bytes, :spool_threshold, keyword_init: true) do
+                                    :body_timeout, :body_min_rate, :max_body_bytes, :spool_threshold, keyword_init: true) do
       # @param config [Config]
       # @return [ConnectionSettings] frozen
       def self.from(config)

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "log_text"
+
 module Weft
   class Server
     # Logs errors with their backtrace, once: an error that repeats (same class, same first
@@ -31,8 +33,12 @@ module Weft
       end
 
       # Logs `error` in full, or counts it when it repeats one logged in full recently.
-      # @param context [String] what failed, e.g. "GET /path"
+      # @param context [String] what failed, e.g. "GET /path": escaped (LogText), since the path
+      #   is the client's (or whatever the app left in PATH_INFO), and a line break in it would
+      #   forge a log line. The error's message and backtrace are written as they are (they are
+      #   the app's, and span lines by design).
       def report(context, error)
+        context = LogText.escape(context)
         backtrace = error.backtrace || []
         key = [error.class, *backtrace.first(KEY_LINES)]
         entry = @entries[key]

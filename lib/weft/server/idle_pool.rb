@@ -75,6 +75,15 @@ module Weft
         end
       end
 
+      # Takes a connection out of the pool, if it is parked: its timer cancelled, its socket
+      # unwatched. The caller closes or serves it.
+      # @return [Boolean] whether it was parked
+      def remove(connection)
+        return false unless @parked.key?(connection)
+        take(connection)
+        true
+      end
+
       # Hands back (on_ready) every parked connection for which the block is true, to serve a
       # request that already arrived or to close. Closing them here instead would reset a
       # connection whose request is in the socket buffer but not yet seen by the strategy.

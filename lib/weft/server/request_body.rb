@@ -34,7 +34,8 @@ module Weft
       # @param buffer [String] the connection's buffer: bytes after the head (a chunked body is
       #   decoded from it in place; a Content-Length body is read through the connection, which
       #   takes these bytes first)
-      # @param settings [ConnectionSettings] max_body_bytes, spool_threshold, body_timeout
+      # @param settings [ConnectionSettings] max_body_bytes, spool_threshold, body_timeout,
+      #   body_min_rate (see Pace)
       # @yield when the client waits for 100 Continue and the body must be read
       # @return [EmptyInput, StringIO, Tempfile]
       def read(connection, parser, buffer, settings)
@@ -47,10 +48,11 @@ module Weft
         yield if parser.expect_continue? && buffer.empty?
 
         sink = Sink.new(settings.spool_threshold)
+        pace = Pace.new(settings.body_timeout, settings.body_min_rate)
         if chunked
-          read_chunked(connection, buffer, sink, settings.body_timeout, limit)
+          read_chunked(connection, buffer, sink, pace, limit)
         else
-          read_length(connection, sink, settings.body_timeout, length)
+          read_length(connection, sink, pace, length)
         end
         sink.input
       rescue Exception # rubocop:disable Lint/RescueException
@@ -61,19 +63,19 @@ module Weft
       # Reads never go past the body, so what follows it (a pipelined request) stays in the
       # connection's buffer, and the bytes that came with the head are taken first: the stream
       # does both (Weft::Stream#read_partial).
-      def read_length(connection, sink, timeout, length)
+      def read_length(connection, sink, pace, length)
         # One buffer for the whole body, not a string per read (see Connection#read_into): the
         # first read makes it, the others refill it.
         chunk = nil
         while sink.size < length
-          chunk = connection.read_into(chunk, timeout, [length - sink.size, Connection::READ_SIZE].min)
+          chunk = connection.read_into(chunk, pace.timeout(sink.size), [length - sink.size, Connection::READ_SIZE].min)
           sink << chunk
         end
       end
 
       # The decoder refuses (413) a chunk that would take the body past the limit as soon as
       # its size line arrives, so a client announcing a huge chunk is not read from at all.
-      def read_chunked(connection, buffer, sink, timeout, limit)
+      def read_chunked(connection, buffer, sink, pace, limit)
         decoder = HTTP1::ChunkedDecoder.new(max_body_size: limit)
         decoded = String.new(encoding: Encoding::BINARY)
         loop do
@@ -81,7 +83,33 @@ module Weft
           sink << decoded
           decoded.clear
           break if done
-          connection.fill(timeout) # appends to `buffer`, the connection's
+          connection.fill(pace.timeout(sink.size)) # appends to `buffer`, the connection's
+        end
+      end
+
+      # How long the next read of a body may wait. Each read waits at most `body_timeout` (as
+      # nginx's client_body_timeout), and with a `body_min_rate` the whole body must also keep
+      # up with that rate once its first `body_timeout` is spent (as Apache's mod_reqtimeout
+      # `body=20,MinRate=500`): by `started + body_timeout + received / min_rate`. Per read
+      # alone, a byte every body_timeout - 1 s kept a request reading for good (20 bytes in 38 s
+      # with body_timeout 3), a busy connection that max_connections never reclaims.
+      class Pace
+        # @param timeout [Numeric] body_timeout
+        # @param min_rate [Integer, nil] bytes per second; nil: each read bounded only
+        def initialize(timeout, min_rate)
+          @timeout = timeout
+          @min_rate = min_rate
+          @started = Timers.now
+        end
+
+        # @param received [Integer] body bytes read so far
+        # @return [Numeric] seconds the next read may wait
+        # @raise [Connection::ClientTimeout] the body is behind its minimum rate
+        def timeout(received)
+          return @timeout unless @min_rate
+          left = @started + @timeout + received.fdiv(@min_rate) - Timers.now
+          raise Connection::ClientTimeout, "request body slower than #{@min_rate} bytes/s" unless left.positive?
+          left < @timeout ? left : @timeout
         end
       end
 

@@ -27,6 +27,13 @@ module Weft
         include Weft::Error
       end
 
+      # A body the app chunked itself (transfer-encoding: chunked) is not valid chunked framing,
+      # found while it is decoded for an HTTP/1.0 client (the head is out): the connection is
+      # closed after what decoded.
+      class MalformedChunks < StandardError
+        include Weft::Error
+      end
+
       STATUS_LINES = Hash.new do |lines, status|
         reason = Rack::Utils::HTTP_STATUS_CODES[status] || "Status #{status}"
         lines[status] = "HTTP/1.1 #{status} #{reason}\r\n".b.freeze
@@ -118,9 +125,11 @@ module Weft
           when :connection
             keep_alive = false if value.to_s.downcase.include?("close")
           when :transfer_encoding
-            # Already chunked by the app (Rack 2's Rack::Chunked): pass it through untouched.
+            # Already chunked by the app (Rack 2's Rack::Chunked): passed through untouched to
+            # an HTTP/1.1 client. An HTTP/1.0 client knows no chunked coding (RFC 9112 section
+            # 6.1): the body is decoded for it and sent close-delimited (#write_dechunked).
             app_chunked = !bodyless && value.to_s.downcase.strip == "chunked"
-            append_header(head, name, value) if app_chunked
+            append_header(head, name, value) if app_chunked && !http10
           when :hop_by_hop # keep-alive: the server decides about persistence
             next
           else
@@ -140,6 +149,10 @@ module Weft
         parts = nil
         if bodyless
           length = nil
+        elsif app_chunked
+          # The app's chunks frame the body: no content-length beside them (RFC 9112 section
+          # 6.2), and an Array body is written as it is.
+          length = nil
         elsif length.nil? && (body.is_a?(Array) || body.respond_to?(:to_ary))
           parts = body.to_ary
           length = 0
@@ -148,7 +161,6 @@ module Weft
         elsif length
           head << (CONTENT_LENGTH_LINES[length] || content_length_line(length))
         end
-        length = nil if app_chunked
         chunked = !bodyless && length.nil? && !http10 && !head_request && !app_chunked
         # Without a length or chunking, only closing the connection ends the body.
         keep_alive = false if !bodyless && length.nil? && http10 && !head_request
@@ -172,6 +184,9 @@ module Weft
           connection.write(head)
           body.each { |chunk| connection.write("#{chunk.bytesize.to_s(16)}\r\n#{chunk}\r\n") unless chunk.empty? }
           connection.write(LAST_CHUNK)
+        elsif app_chunked && http10
+          connection.write(head)
+          write_dechunked(connection, body)
         else
           connection.write(head)
           write_body(connection, body, length)
@@ -199,6 +214,31 @@ module Weft
         end
         return if length.nil? || written == length
         raise LengthMismatch, "the body (#{written} bytes) is shorter than its content-length of #{length}"
+      end
+
+      # Writes the decoded bytes of a body the app chunked itself, for an HTTP/1.0 client (the
+      # connection closes after it, which ends the body). Trailers are dropped, as a 1.0 client
+      # could not be sent them either. A body that is not valid chunked framing, or goes on past
+      # its last chunk, raises MalformedChunks once what decoded is written: RackAdapter logs it
+      # and closes the connection, the client seeing a body cut short.
+      # @raise [MalformedChunks]
+      def write_dechunked(connection, body)
+        decoder = HTTP1::ChunkedDecoder.new
+        pending = String.new(encoding: Encoding::BINARY)
+        decoded = String.new(encoding: Encoding::BINARY)
+        done = false
+        body.each do |piece|
+          next if piece.empty?
+          raise MalformedChunks, "the app's chunked body goes on after its last chunk" if done
+          pending << piece
+          done = decoder.decode(pending, decoded)
+          connection.write(decoded) unless decoded.empty?
+          decoded.clear
+        end
+        raise MalformedChunks, "the app's chunked body ends before its last chunk" unless done
+      rescue HTTP1::ParseError => e
+        connection.write(decoded) unless decoded.empty?
+        raise MalformedChunks, "the app's chunked body is malformed: #{e.message}"
       end
 
       def write_parts(connection, head, parts, length)

@@ -17,13 +17,17 @@ module Weft
         # Nothing to start: each #watch spawns its own task.
         def start; end
 
-        # Watches the connection's socket until it is readable, once.
+        # Watches the connection's socket until it is readable, once. The waiting task is
+        # detached (no parent): it belongs to the pool, not to whatever parked the connection,
+        # which may be the reactor's loop fiber, where Weft.spawn is refused (a timer's
+        # callback: Connection#idle_expired parks a connection lingering after its 408).
         def watch(connection)
-          @waiters[connection] = Weft.spawn(connection, name: "weft idle connection") do |waiting|
+          wait = proc do |waiting|
             waiting.to_io.wait_readable
             @waiters.delete(waiting)
             @on_readable.call(waiting)
           end
+          @waiters[connection] = Weft.scheduler.spawn(nil, "weft idle connection", [connection], wait)
         end
 
         # Stops watching the connection's socket.
