@@ -69,7 +69,7 @@ class PostgresHeadOfLineTest < Minitest::Test
 
   INTERRUPTIONS.each_key do |interruption|
     define_method(:"test_twenty_statements_pipelined_behind_one_interrupted_by_#{interruption}_finish_promptly") do
-      db = pool(size: 1)
+      db = pool(limit: 1)
       reactor do
         took, total = run_twenty_behind_an_interrupted_caller(db, "hol-#{interruption}", pipelined: true,
                                                                                          interruption: interruption)
@@ -81,7 +81,7 @@ class PostgresHeadOfLineTest < Minitest::Test
   end
 
   def test_twenty_statements_waiting_for_a_timed_out_ones_connection_finish_promptly
-    db = pool(size: 1)
+    db = pool(limit: 1)
     reactor do
       took, total = run_twenty_behind_an_interrupted_caller(db, "hol-alone", pipelined: false)
       report("alone, weft_timeout", took, total)
@@ -95,7 +95,7 @@ class PostgresHeadOfLineTest < Minitest::Test
   # through the scheduler), and the statements behind go on once it is through.
   def test_a_slow_cancel_request_does_not_block_the_reactor
     proxy = Weft::Test::HoldingProxy.new(postgres.host, postgres.port)
-    db = pool(size: 1, target: "postgres://postgres@127.0.0.1:#{proxy.port}/postgres")
+    db = pool(limit: 1, target: "postgres://postgres@127.0.0.1:#{proxy.port}/postgres")
     reactor do
       db.query("select 1") # connects before connections are held back
       proxy.hold = 0.5
@@ -128,7 +128,7 @@ class PostgresHeadOfLineTest < Minitest::Test
   # statements on the same 4 connections: in every half second some of those finish (without
   # cancellation the slow statements would hold every connection within 2 s: throughput 0).
   def test_three_timeouts_a_second_do_not_starve_other_statements
-    db = pool(size: 4)
+    db = pool(limit: 4)
     reactor do
       finished = []
       stop = false

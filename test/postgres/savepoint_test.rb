@@ -25,7 +25,7 @@ class PostgresSavepointTest < Minitest::Test
   end
 
   def test_an_inner_failure_rolls_back_only_the_inner_rows
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       rows = table(db, "sp_inner")
       db.transaction do |conn|
@@ -48,7 +48,7 @@ class PostgresSavepointTest < Minitest::Test
   end
 
   def test_an_outer_failure_rolls_back_everything
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       rows = table(db, "sp_outer")
       assert_raises(RuntimeError) do
@@ -64,7 +64,7 @@ class PostgresSavepointTest < Minitest::Test
   end
 
   def test_deep_nesting
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       rows = table(db, "sp_deep")
       # Levels 1 to 6, each inserting its number; level 4 fails and level 3 rescues that: levels
@@ -93,7 +93,7 @@ class PostgresSavepointTest < Minitest::Test
   end
 
   def test_a_statement_error_rescued_inside_a_savepoint_rolls_it_back_and_the_outer_commits
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       rows = table(db, "sp_rescued")
       db.transaction do |conn|
@@ -120,7 +120,7 @@ class PostgresSavepointTest < Minitest::Test
   end
 
   def test_leaving_a_savepoint_early_rolls_it_back
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       rows = table(db, "sp_early")
       db.transaction do |conn|
@@ -147,7 +147,7 @@ class PostgresSavepointTest < Minitest::Test
   # A savepoint whose statement is interrupted (here by a timeout) has the statement cancelled
   # on the server and is rolled back to; the enclosing transaction goes on and commits.
   def test_an_interrupted_savepoint_is_cancelled_and_the_outer_goes_on
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       rows = table(db, "sp_timeout")
       db.transaction do |conn|
@@ -171,7 +171,7 @@ class PostgresSavepointTest < Minitest::Test
   end
 
   def test_without_requires_new_a_nested_transaction_joins_the_outer_one
-    db = pool(size: 2)
+    db = pool(limit: 2)
     reactor do
       rows = table(db, "sp_join")
       db.transaction do |conn|
@@ -208,7 +208,7 @@ class PostgresSavepointTest < Minitest::Test
   # fail, some outer transactions fail. Each fiber's rows are exactly what its own outcome says:
   # no statement ran in another fiber's transaction.
   def test_many_fibers_each_commit_or_roll_back_exactly_their_own_work
-    db = pool(size: 4)
+    db = pool(limit: 4)
     reactor do
       rows = table(db, "sp_many")
       tasks = Array.new(100) do |fiber|
