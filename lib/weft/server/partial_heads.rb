@@ -28,7 +28,8 @@ module Weft
       def initialize(budget)
         @budget = budget
         @bytes = 0
-        # connection => bytes held, oldest first (a head keeps its place as it grows)
+        # connection => bytes held, least recently grown first (#hold moves a head that grew to
+        # the back: of heads that keep dribbling in, those quiet longest go first)
         @small = {}.compare_by_identity
         @large = {}.compare_by_identity
       end
