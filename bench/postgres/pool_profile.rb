@@ -127,7 +127,7 @@ module PostgresBench
       path = ENV["WEFT_STACKPROF"]
       return yield unless path
       require "stackprof"
-      StackProf.run(mode: :cpu, interval: 200, raw: true, out: path, &block)
+      StackProf.run(mode: :cpu, interval: Integer(ENV.fetch("WEFT_STACKPROF_INTERVAL", 200)), raw: true, out: path, &block)
     end
 
     # Runs the block with allocation tracing on and the GC off (when WEFT_ALLOCATIONS is set), so
