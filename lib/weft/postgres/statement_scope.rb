@@ -147,11 +147,17 @@ module Weft
           end
         elsif SET_CONFIG.match?(sql)
           :setting
-        elsif session_state?(sql)
+        elsif session_change?(sql)
           :session
         end
       end
       private_class_method :role_of
+
+      # @param sql [String]
+      # @return [Boolean] whether the statement ends the transaction under way (TRANSACTION_END)
+      def transaction_end?(sql)
+        TRANSACTION_END.match?(sql)
+      end
 
       # @param sql [String]
       # @return [Boolean] whether the text is one statement that reads or writes rows, which
@@ -167,9 +173,15 @@ module Weft
       # @param sql [String]
       # @return [Boolean] whether the statement (or one of several) leaves state in the session
       def session_state?(sql)
-        (sql.include?(";") ? SESSION_COMMAND : FIRST_SESSION_COMMAND).match?(sql) || ADVISORY_LOCK.match?(sql) ||
-          SET_CONFIG.match?(sql) || (TEMP.match?(sql) && TEMP_OBJECT.match?(sql))
+        SET_CONFIG.match?(sql) || session_change?(sql)
       end
+
+      # #session_state? but for set_config, which #role_of has looked for already.
+      def session_change?(sql)
+        (sql.include?(";") ? SESSION_COMMAND : FIRST_SESSION_COMMAND).match?(sql) || ADVISORY_LOCK.match?(sql) ||
+          (TEMP.match?(sql) && TEMP_OBJECT.match?(sql))
+      end
+      private_class_method :session_change?
     end
   end
 end
