@@ -477,6 +477,23 @@ class SchedulerTest < Minitest::Test
     scheduler&.close
   end
 
+  # A timer at infinity (Timeout.timeout(Float::INFINITY), a limit meaning "none") was the poll's
+  # timeout while nothing else was due: epoll_wait raised EINVAL in the loop fiber, and Weft.run
+  # failed with it, every task cancelled. A NaN duration (sleep(Float::NAN)) did the same. Now
+  # the first waits as long as it takes and the second fails in its own task.
+  def test_infinite_and_nan_durations_leave_the_reactor_running
+    queue = Thread::Queue.new
+    pusher = Thread.new { sleep 0.1; queue << :pushed }
+    popped, nan_error = Weft.run do
+      nan_sleep = Weft.spawn { sleep(Float::NAN) }
+      [Timeout.timeout(Float::INFINITY) { queue.pop }, (nan_sleep.wait rescue $!)]
+    end
+    assert_equal :pushed, popped
+    assert_kind_of ArgumentError, nan_error
+  ensure
+    pusher&.join
+  end
+
   # However a wait in #suspend ends (woken, timed out, raised into), the fiber leaves the
   # reactor's books: a later wake-up for it is refused, rather than queueing a fiber that waits
   # for something else (here: the next task of its pooled fiber) to be resumed with its value.
