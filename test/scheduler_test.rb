@@ -252,6 +252,21 @@ class SchedulerTest < Minitest::Test
     assert_equal payload.bytesize, received.bytesize
   end
 
+  # A command that exits without reading all its input (head): the write waiting for room in
+  # the full pipe must fail with EPIPE, as without Weft. It waited forever: epoll reports only
+  # EPOLLERR on a pipe's write end when its read end closes, which io-event calls readable.
+  def test_a_write_to_a_pipe_whose_reader_exits_raises_epipe
+    outcome = Weft.run do
+      Open3.popen2("head", "-c", "10") do |stdin, stdout, waiter|
+        stdin.write("x" * 10_000_000)
+        :written
+      rescue Errno::EPIPE
+        [:epipe, stdout.read, waiter.value.success?]
+      end
+    end
+    assert_equal [:epipe, "x" * 10, true], outcome
+  end
+
   def test_io_wait_with_timeout
     reader, writer = IO.pipe
     result = Weft.run { reader.wait_readable(0.05) }

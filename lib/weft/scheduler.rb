@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "io/event"
+require "fcntl"
 require "socket"
 require_relative "errors"
 require_relative "timers"
@@ -557,6 +558,7 @@ module Weft
       # Ruby bounds it without a scheduler: Ruby 3.3 passes nil here after a read that found
       # nothing, and raises IO::TimeoutError itself when this returns false.
       timeout = io.timeout if timeout.nil? && IO_TIMEOUTS
+      events |= IO::READABLE if events == IO::WRITABLE && pipe_write_end?(io)
       fiber = Fiber.current
       return @selector.io_wait(fiber, io, events) unless timeout
       io_timeout(fiber).wait(io, events, timeout)
@@ -874,6 +876,21 @@ module Weft
     # The Fiber instance variables Weft itself keeps for reuse (see fiber_control.rb).
     WEFT_FIBER_STATE = %i[@weft_io_timeout @weft_suspend_timeout].freeze
     private_constant :WEFT_FIBER_STATE
+
+    # Whether `io` is the write end of a pipe (or FIFO) and nothing else. When the read end
+    # closes, epoll reports EPOLLERR alone on it, never EPOLLOUT, and io-event (1.11, and its source
+    # of August 2026) reports EPOLLERR as readable only: a writer waiting for room in the pipe was never
+    # woken, so writing a large input to a command that exits without reading it all
+    # (Open3.popen2("head", ...)) hung where Ruby raises Errno::EPIPE. Waiting for readable as
+    # well wakes it, and its retried write raises EPIPE. A write-only pipe descriptor is never
+    # readable otherwise, so that adds no wake-ups; sockets (which report EPOLLOUT with the
+    # error) and descriptors open for reading too are left alone. Two system calls, on a wait
+    # for room in a full pipe only.
+    def pipe_write_end?(io)
+      !io.is_a?(BasicSocket) && (io.fcntl(Fcntl::F_GETFL) & Fcntl::O_ACCMODE) == Fcntl::O_WRONLY && io.stat.pipe?
+    rescue SystemCallError, IOError, NotImplementedError
+      false
+    end
 
     # The fiber's IOTimeout for this reactor, made on its first timed I/O wait here.
     def io_timeout(fiber)
