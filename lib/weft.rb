@@ -46,12 +46,19 @@ module Weft
 
       scheduler = Scheduler.new
       Fiber.set_scheduler(scheduler)
+      ran = false
       begin
         root = scheduler.spawn(nil, "root", [], block, Deadline.current)
         root.observe {} # its failure is raised from here, not logged
         scheduler.run
+        ran = true
         root.wait
       ensure
+        # Thread#kill of this thread ends the loop with no exception for Scheduler#run to
+        # rescue: the tasks are cancelled here, as for an Interrupt, or closing the scheduler
+        # would run them to their natural end (a server's accept loop: never) before the thread
+        # could die.
+        scheduler.cancel_all unless ran
         Fiber.set_scheduler(nil)
       end
     end

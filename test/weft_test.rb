@@ -36,6 +36,47 @@ class WeftTest < Minitest::Test
     refute Weft.running?
   end
 
+  # Thread#kill of a thread in Weft.run ends its loop with nothing to rescue: closing the
+  # scheduler then ran the tasks to their natural end (30 s here, never for an accept loop)
+  # before the thread could die, and a task whose fiber the kill had unwound (it was running)
+  # never ended at all. The tasks are now cancelled and the thread dies at once, every ensure
+  # block run: with the reactor idle, and with a task running as the kill comes.
+  def test_thread_kill_cancels_the_tasks
+    [false, true].each do |busy|
+      unwound = Thread::Queue.new
+      running = Thread::Queue.new
+      thread = Thread.new do
+        Weft.run do
+          Weft.spawn do
+            sleep 30
+          ensure
+            unwound << :child
+          end
+          if busy
+            Weft.spawn do
+              running << true
+              loop { 1_000.times { Math.sqrt(2) }; sleep 0 }
+            ensure
+              unwound << :busy
+            end
+          else
+            Weft.spawn { running << true }
+          end
+          begin
+            sleep 30
+          ensure
+            unwound << :root
+          end
+        end
+      end
+      running.pop
+      thread.kill
+      assert thread.join(5), "the killed thread still runs (busy: #{busy})"
+      ends = Array.new(unwound.size) { unwound.pop }
+      assert_equal (busy ? %i[busy child root] : %i[child root]).sort, ends.sort
+    end
+  end
+
   def test_run_refuses_a_thread_with_another_scheduler
     other = Class.new do
       %i[block unblock kernel_sleep io_wait close].each { |hook| define_method(hook) { |*| } }

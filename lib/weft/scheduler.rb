@@ -984,7 +984,9 @@ module Weft
       @raises = {}.compare_by_identity
       raises.each do |task, exception|
         fiber = task.fiber
-        fiber.raise(exception) if fiber && !task.done?
+        next unless fiber && !task.done?
+        # A fiber can die under its task only by Thread#kill of this thread (see Task#abandon).
+        fiber.alive? ? fiber.raise(exception) : task.abandon
       end
     end
 
