@@ -76,14 +76,22 @@ module Weft
 
     # Runs the block with a deadline; past it, Weft::TimeoutError (a Timeout::Error) is raised
     # where the block is waiting. Outside a reactor it falls back to the stdlib's thread-based
-    # Timeout with the same error class.
+    # Timeout with the same error class, and the same durations mean the same in both places:
+    # nil or Float::INFINITY is no limit, zero or less a deadline already past (a computed
+    # `deadline - now` that ran out), which the stdlib would take as none (0) or refuse (< 0).
+    # @raise [ArgumentError] for NaN or anything that is not a real number
     def timeout(seconds, message = nil, &block)
+      return yield(seconds) if seconds.nil? || seconds == Float::INFINITY
+      unless seconds.is_a?(Numeric) && seconds.real? && !(seconds.is_a?(Float) && seconds.nan?)
+        raise ArgumentError, "Weft.timeout needs a number of seconds or nil (got #{seconds.inspect})"
+      end
+
       message ||= "execution expired after #{seconds}s"
       scheduler = Fiber.scheduler
       if scheduler.is_a?(Scheduler) && !Fiber.current.blocking?
         scheduler.timeout_after(seconds, TimeoutError, message, &block)
       else
-        Timeout.timeout(seconds, TimeoutError, message, &block)
+        Timeout.timeout([seconds, MINIMUM_TIMEOUT].max, TimeoutError, message, &block)
       end
     end
 

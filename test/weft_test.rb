@@ -119,6 +119,23 @@ class WeftTest < Minitest::Test
     assert_raises(Weft::TimeoutError) { Weft.timeout(0.05) { sleep 1 } }
   end
 
+  # The same duration meant different things inside a reactor and outside: nil raised TypeError
+  # inside (no limit outside), 0 expired at once inside (no limit outside), a negative one
+  # expired inside (ArgumentError outside), Float::INFINITY was no limit inside (RangeError
+  # outside), NaN no limit in both.
+  def test_timeout_durations_mean_the_same_inside_and_outside_a_reactor
+    inside = ->(&block) { Weft.run(&block) }
+    outside = ->(&block) { block.call }
+    [inside, outside].each do |where|
+      assert_equal :ok, where.call { Weft.timeout(nil) { sleep 0.01; :ok } }
+      assert_equal :ok, where.call { Weft.timeout(Float::INFINITY) { sleep 0.01; :ok } }
+      [0, -1].each do |seconds|
+        assert_raises(Weft::TimeoutError) { where.call { Weft.timeout(seconds) { sleep 2 } } }
+      end
+      assert_raises(ArgumentError) { where.call { Weft.timeout(Float::NAN) { sleep 0.01 } } }
+    end
+  end
+
   def test_nested_timeouts_fire_the_inner_one_first
     result = Weft.run do
       Weft.timeout(2) do
