@@ -267,6 +267,27 @@ class SchedulerTest < Minitest::Test
     assert_equal [:epipe, "x" * 10, true], outcome
   end
 
+  # Closing an IO that another task waits on takes its descriptor out of epoll with no event:
+  # the reader waited forever, and Weft.run with it. It gets IOError, as a thread would; so
+  # does each of several waiters on one IO, and a later wait on another IO is not disturbed.
+  def test_closing_an_io_raises_ioerror_in_the_tasks_waiting_on_it
+    outcomes = Weft.run do
+      reader, writer = IO.pipe
+      left, right = UNIXSocket.pair
+      pipe_reader = Weft.spawn { reader.read(1) }
+      socket_readers = Array.new(2) { Weft.spawn { left.read(1) } }
+      untouched = Weft.spawn { right.read(1) }
+      sleep 0.05
+      reader.close
+      left.close
+      writer.close
+      [pipe_reader, *socket_readers].map { |task| (task.wait rescue $!) } + [untouched.wait]
+    ensure
+      right&.close
+    end
+    assert_equal [IOError] * 3 + [NilClass], outcomes.map(&:class), outcomes.inspect
+  end
+
   def test_io_wait_with_timeout
     reader, writer = IO.pipe
     result = Weft.run { reader.wait_readable(0.05) }

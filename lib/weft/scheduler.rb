@@ -9,6 +9,7 @@ require_relative "task"
 require_relative "fiber_control"
 require_relative "fork_handler"
 require_relative "selector_io"
+require_relative "io_close_notice"
 
 module Weft
   # Weft's Fiber::Scheduler: the reactor behind Weft.run.
@@ -315,6 +316,9 @@ module Weft
       # Every fiber that runs tasks, idle or not: user code must not switch into these itself
       # (see FiberControl).
       @workers = {}.compare_by_identity
+      # The IOs fibers wait on in #io_wait, each mapped to its fiber (an Array of them when
+      # several wait on one IO): IO#close raises IOError into them (see #io_closing).
+      @io_waiters = {}.compare_by_identity
     end
 
     # --- Running -----------------------------------------------------------------------------
@@ -560,8 +564,30 @@ module Weft
       timeout = io.timeout if timeout.nil? && IO_TIMEOUTS
       events |= IO::READABLE if events == IO::WRITABLE && pipe_write_end?(io)
       fiber = Fiber.current
-      return @selector.io_wait(fiber, io, events) unless timeout
-      io_timeout(fiber).wait(io, events, timeout)
+      waiters = @io_waiters
+      waiting = waiters[io]
+      waiters[io] = waiting ? [*waiting, fiber] : fiber
+      begin
+        return @selector.io_wait(fiber, io, events) unless timeout
+        io_timeout(fiber).wait(io, events, timeout)
+      ensure
+        waiting = waiters.delete(io)
+        forget_shared_io_wait(io, waiting, fiber) unless waiting.equal?(fiber)
+      end
+    end
+
+    # @api private: IO#close of `io` on this reactor's thread (Weft::IOCloseNotice), around the
+    # close itself (the block). The fibers waiting on `io` in #io_wait get IOError, as threads
+    # blocked on an IO that another thread closes do: closing a descriptor takes it out of epoll
+    # without an event, so they waited forever (Ruby 3.5 hands this to the scheduler itself, as
+    # Fiber::Scheduler#fiber_interrupt). Raised before the close, at once, through Fiber#raise
+    # (see FiberControl): closing first hung the closer too on Ruby 3.1, whose close then waited
+    # for the parked reader as for a read under way (where in Ruby was not looked into). The
+    # closer goes on, and closes, on the loop's next turn.
+    def io_closing(io)
+      waiting = @io_waiters.delete(io)
+      Array(waiting).each { |fiber| fiber.raise(IOError, "stream closed in another fiber") } if waiting
+      yield
     end
 
     # #io_wait with a timeout that needs no precision (a server connection lingering for its
@@ -890,6 +916,14 @@ module Weft
       !io.is_a?(BasicSocket) && (io.fcntl(Fcntl::F_GETFL) & Fcntl::O_ACCMODE) == Fcntl::O_WRONLY && io.stat.pipe?
     rescue SystemCallError, IOError, NotImplementedError
       false
+    end
+
+    # The end of a #io_wait for `fiber` that found `waiting` under its IO (taken out): other
+    # fibers' waits on the IO go back, and nothing if IO#close took them already.
+    def forget_shared_io_wait(io, waiting, fiber)
+      return unless waiting
+      others = waiting.is_a?(Array) ? waiting.reject { |other| other.equal?(fiber) } : [waiting]
+      @io_waiters[io] = others.size == 1 ? others.first : others unless others.empty?
     end
 
     # The fiber's IOTimeout for this reactor, made on its first timed I/O wait here.
