@@ -149,7 +149,12 @@ module Weft
 
     # Calls the block for each item in tasks, at most `concurrency` at a time (all at once when
     # nil), and returns the results in order. The first failure cancels the rest and is raised.
+    # @raise [ArgumentError] unless `concurrency` is nil or a positive Integer
     def map(items, concurrency: nil, &block)
+      unless concurrency.nil? || (concurrency.is_a?(Integer) && concurrency.positive?)
+        raise ArgumentError, "Weft.map needs a positive Integer concurrency, or nil (got #{concurrency.inspect})"
+      end
+
       items = items.to_a
       workers = [concurrency || items.size, items.size].min
       results = Array.new(items.size)

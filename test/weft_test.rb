@@ -163,6 +163,17 @@ class WeftTest < Minitest::Test
     assert_equal 4, peak
   end
 
+  # concurrency: 0 started no worker and returned a nil for every item, as if each had been
+  # mapped; a negative one failed with "negative array size".
+  def test_map_refuses_a_concurrency_that_runs_nothing
+    Weft.run do
+      [0, -1, 1.5].each do |concurrency|
+        error = assert_raises(ArgumentError) { Weft.map([1, 2], concurrency: concurrency) { |x| x } }
+        assert_match(/concurrency/, error.message)
+      end
+    end
+  end
+
   def test_map_with_no_items
     assert_equal [], Weft.run { Weft.map([]) { |x| x } }
   end
