@@ -288,6 +288,21 @@ class SchedulerTest < Minitest::Test
     assert_equal [IOError] * 3 + [NilClass], outcomes.map(&:class), outcomes.inspect
   end
 
+  # Cancel, then close, in one turn (the server's shutdown of its accept loops): the task ends
+  # cancelled, by the cancellation on its way, not failed with the IOError of the close.
+  def test_a_task_cancelled_and_then_closed_on_ends_cancelled
+    statuses = Weft.run do
+      listener = TCPServer.new("127.0.0.1", 0)
+      accepter = Weft.spawn { listener.wait_readable }
+      sleep 0.02
+      accepter.cancel
+      listener.close
+      accepter.wait
+      [accepter.status, accepter.error.class]
+    end
+    assert_equal [:cancelled, Weft::Cancelled], statuses
+  end
+
   def test_io_wait_with_timeout
     reader, writer = IO.pipe
     result = Weft.run { reader.wait_readable(0.05) }

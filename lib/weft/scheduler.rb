@@ -583,10 +583,13 @@ module Weft
     # Fiber::Scheduler#fiber_interrupt). Raised before the close, at once, through Fiber#raise
     # (see FiberControl): closing first hung the closer too on Ruby 3.1, whose close then waited
     # for the parked reader as for a read under way (where in Ruby was not looked into). The
-    # closer goes on, and closes, on the loop's next turn.
+    # closer goes on, and closes, on the loop's next turn. A task whose cancellation is on its
+    # way (cancel, then close, in one turn: the server's shutdown) gets that instead.
     def io_closing(io)
       waiting = @io_waiters.delete(io)
-      Array(waiting).each { |fiber| fiber.raise(IOError, "stream closed in another fiber") } if waiting
+      waiting && Array(waiting).each do |fiber|
+        fiber.raise(IOError, "stream closed in another fiber") unless @raises.each_key.any? { |task| task.fiber.equal?(fiber) }
+      end
       yield
     end
 
