@@ -287,8 +287,9 @@ module Weft
       @fiber_pool_size = fiber_pool_size
       # Exceptions to raise into suspended tasks (cancellation); delivered by the loop fiber.
       @raises = {}.compare_by_identity
-      # Wake-ups posted from other threads, handed over under a lock and applied on the reactor
-      # thread by a small fiber of its own (see #wake_from_any_thread).
+      # Wake-ups (and cancellations, see #cancel_from_any_thread) posted from other threads,
+      # handed over under a lock and applied on the reactor thread by a small fiber of its own
+      # (see #wake_from_any_thread).
       @foreign_wakeups = []
       @foreign_lock = Thread::Mutex.new
       @foreign_drain = Fiber.new(blocking: true) do
@@ -545,13 +546,16 @@ module Weft
       if Thread.current.equal?(@thread)
         wake(fiber, true, blocker)
       else
-        @foreign_lock.synchronize { @foreign_wakeups << [fiber, blocker] }
-        # Queueing the drain fiber in the selector is what makes this race-free: the selector
-        # looks at its ready queue immediately before it blocks, with no gap in which another
-        # thread could run, and #wakeup interrupts it if it is blocked already.
-        @selector.push(@foreign_drain)
-        @selector.wakeup
+        post_from_any_thread(fiber, blocker)
       end
+    end
+
+    # @api private: Task#cancel called on another thread. Cancelling touches the reactor's books
+    # and only a turn of the loop delivers it, so it is handed to the reactor's thread, which
+    # cancels the task there; done on the calling thread, it waited for whatever next woke an
+    # idle reactor (forever, for a task waiting on a Queue nobody fills).
+    def cancel_from_any_thread(task, message)
+      post_from_any_thread(task, message)
     end
 
     # IO#wait_readable, IO#wait_writable, IO#wait, and the non-blocking retry loops of every
@@ -1027,13 +1031,26 @@ module Weft
       end
     end
 
+    # Hands `target` (a fiber to wake, with its blocker as `argument`, or a task to cancel, with
+    # the message) to the reactor's thread.
+    def post_from_any_thread(target, argument)
+      @foreign_lock.synchronize { @foreign_wakeups << [target, argument] }
+      # Queueing the drain fiber in the selector is what makes this race-free: the selector
+      # looks at its ready queue immediately before it blocks, with no gap in which another
+      # thread could run, and #wakeup interrupts it if it is blocked already.
+      @selector.push(@foreign_drain)
+      @selector.wakeup
+    end
+
     def take_foreign_wakeups
       wakeups = @foreign_lock.synchronize do
         taken = @foreign_wakeups
         @foreign_wakeups = []
         taken
       end
-      wakeups.each { |fiber, blocker| wake(fiber, true, blocker) }
+      wakeups.each do |target, argument|
+        target.is_a?(Task) ? target.cancel(argument) : wake(target, true, argument)
+      end
     end
 
     # Lag is how long the loop ran fibers between two polls: the longest an event that arrived

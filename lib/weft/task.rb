@@ -105,10 +105,16 @@ module Weft
 
     # Asks the task to stop: Weft::Cancelled is raised in it where it is suspended (at once, if
     # a task cancels itself), so its ensure blocks run. Its children are cancelled too.
-    # Cancelling a task that has ended does nothing.
-    # @return [Boolean] whether a cancellation was requested by this call
+    # Cancelling a task that has ended does nothing. May be called from any thread: from another
+    # than the reactor's, the reactor's thread cancels the task on its next turn.
+    # @return [Boolean] whether a cancellation was requested by this call (from another thread:
+    #   whether one may be, as the task had neither ended nor been cancelled yet)
     def cancel(message = "task cancelled")
       return false if done? || @cancel_requested
+      unless Thread.current.equal?(@scheduler.thread)
+        @scheduler.cancel_from_any_thread(self, message)
+        return true
+      end
       @cancel_requested = true
       @children&.each_key { |child| child.cancel(message) }
       if Fiber.current.equal?(@fiber)
