@@ -127,6 +127,8 @@ class RingpoolAPITest < Minitest::Test
       assert_equal false, answers.last["overflow"], "the good item of the same batch (the same INSERT) is tracked: #{answers.last.inspect}"
       assert_equal [{ "params" => '{"ok": "café"}' }], sql(@db, "select params::text from allocations")
 
+      lone = %({"numbers":["+1555\\udc00","+15551234567"],"overflow_number":"+15550999999","lockout_seconds":60})
+      assert_equal [422, "invalid_numbers"], error_of(api(port, :post, "/ring_pools", raw: lone))
       ['"a\\u0000b"', '"a\\udc00b"'].each do |name|
         spec = %({"numbers":#{JSON.generate(numbers(2))},"overflow_number":"+15550999999","lockout_seconds":60,"name":#{name}})
         assert_equal [422, "invalid_name"], error_of(api(port, :post, "/ring_pools", raw: spec)), name
@@ -155,6 +157,9 @@ class RingpoolAPITest < Minitest::Test
     with_shard(@db) do |port|
       assert_equal [404, "not_found"], error_of(api(port, :get, "/ring_pools/9999999999")), "past PostgreSQL's integer"
       assert_equal [400, "malformed_query"], error_of(api(port, :get, "/attribution?number=%ZZ"))
+      status, body = api(port, :get, "/attribution?number=+15550000001")
+      assert_equal 422, status
+      assert_includes body["message"], "%2B", "a bare + reads as a space: the answer says how to write it"
       assert_equal [422, "invalid_number"], error_of(api(port, :get, "/attribution?number=%2B1555%FF"))
       assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=0000-01-01T00:00:00Z"))
       assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=0001-01-01T00:00:00%2B01:00"))
