@@ -165,6 +165,7 @@ class RingpoolAPITest < Minitest::Test
       assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=0001-01-01T00:00:00%2B01:00"))
       assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=9999-12-31T23:00:00-01:00"))
       assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=2024%FF"))
+      assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=2023-02-29T12:00:00Z")), "no such day"
       assert_equal 404, api(port, :get, "/attribution?number=%2B15550000001&at=0001-01-01T00:00:00Z").first
       assert_equal 404, api(port, :get, "/attribution?number=%2B15550000001&at=9999-12-31T23:59:59.999999Z").first
     end

@@ -45,7 +45,10 @@ module Ringpool
     # @return [Integer, nil] microseconds since the epoch, nil when `text` is not one, or falls
     #   outside PARSE_RANGE
     def self.parse(text)
-      return nil unless text.is_a?(String) && text.valid_encoding? && text.match?(/\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:?\d\d)\z/)
+      return nil unless text.is_a?(String) && text.valid_encoding?
+      match = /\A(\d{4})-(\d\d)-(\d\d)T\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:?\d\d)\z/.match(text) or return nil
+      # Time.iso8601 rolls a day the month does not have over into the next ("02-30" is 03-01).
+      return nil unless Date.valid_date?(Integer(match[1], 10), Integer(match[2], 10), Integer(match[3], 10))
       time = Time.iso8601(text)
       microseconds = (time.to_r * 1_000_000).floor
       microseconds if PARSE_RANGE.cover?(microseconds)
