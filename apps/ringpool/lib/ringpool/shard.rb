@@ -43,10 +43,10 @@ module Ringpool
       API.new(self)
     end
 
-    # Serves as shard `url` until cancelled: checks the socket folder (Settings#prepare_socket_dir),
-    # binds the peer listener (a second Weft::Server in this reactor, on this shard's unix
-    # socket), then migrates the schema, ticks ownership and
-    # writes overflow counters every ownership interval. On the way out the peer listener stops
+    # Serves as shard `url` until cancelled: checks the socket folder
+    # (Settings#prepare_socket_dir), binds the peer listener (a second Weft::Server in this
+    # reactor, on this shard's unix socket), then migrates the schema, ticks ownership and writes
+    # overflow counters every ownership interval. On the way out the peer listener stops
     # gracefully and the lock session closes, so the other shards take the pools over at once.
     # @param url [String] "unix:///path/shard-N.sock", or "http://host:port" (Settings#shard_url)
     # @return [void]
