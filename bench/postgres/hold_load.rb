@@ -55,7 +55,7 @@ module PostgresBench
           sizes: Hash.new { |hash, path| hash[path] = Hash.new(0) }, # path => size => segments
           lone_why: Hash.new(0), # end-of-turn flushes that wrote one statement, by what hold_back saw
           holds: 0, held_ready: [], held_for: [],
-          busy: [], syncs_per_read: Hash.new(0),
+          busy: [], turn_cpu: [], syncs_per_read: Hash.new(0),
           settled_per_poll: Hash.new(0), # reactor poll => statements settled in it
           drained: 0, alone: 0, lone_in_line: 0,
         }
@@ -94,6 +94,7 @@ module PostgresBench
         ready = scheduler.ready?
         busy = scheduler.busy
         stats[:busy] << busy
+        stats[:turn_cpu] << Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - scheduler.hold_load_turn_cpu
         outcome = with_path(held ? :held_again : :deferred_flush) { super }
         HoldLoad.event(:end_of_turn, "held=#{held} unwritten=#{unwritten} settled=#{settled} ready=#{ready} busy=#{(busy * 1e6).round}us now_held=#{@held}")
         if !@flush_scheduled && unwritten == 1 # it wrote a single statement
@@ -165,6 +166,14 @@ module PostgresBench
 
     # Marks the part of the reactor's turn that runs woken fibers (for the event trace).
     module TurnPhase
+      # The thread's CPU time when the turn began (see Counting#deferred_flush).
+      attr_reader :hold_load_turn_cpu
+
+      def run_once
+        @hold_load_turn_cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+        super
+      end
+
       def run_ready
         @hold_load_phase = :run
         super
@@ -319,6 +328,10 @@ module PostgresBench
       lines << format("  turns (Scheduler#busy at the end-of-turn flush): median %.0f µs, p90 %.0f µs, p99 %.0f µs, over HOLD_TURN %.1f%%",
                       percentile(busy, 0.5) * 1e6, percentile(busy, 0.9) * 1e6, percentile(busy, 0.99) * 1e6,
                       busy.count { |b| b >= Weft::Postgres::Pipeline::HOLD_TURN } * 100.0 / [busy.size, 1].max)
+      cpu = stats[:turn_cpu]
+      lines << format("  the same turns' CPU time (this thread's, up to the flush): median %.0f µs, p90 %.0f µs, over HOLD_TURN %.1f%%",
+                      percentile(cpu, 0.5) * 1e6, percentile(cpu, 0.9) * 1e6,
+                      cpu.count { |c| c >= Weft::Postgres::Pipeline::HOLD_TURN } * 100.0 / [cpu.size, 1].max)
       lines << format("  holds %d; held for (settled) median %d; fibers ready at the hold median %d",
                       stats[:holds], percentile(stats[:held_for], 0.5), percentile(stats[:held_ready], 0.5))
       lines << "  sync points per settle_ready: " + stats[:syncs_per_read].sort.map { |k, v| "#{k}:#{v}" }.join(" ")
