@@ -746,8 +746,17 @@ module Weft
       # While no connection is shared and nobody waits, a statement gets a free connection to
       # itself: a plain round trip costs less than the pipeline's bookkeeping, and nothing can
       # queue behind a slow statement. Pipelining starts once connections run short.
+      #
+      # Not the connection whose pipeline has just emptied while the callers its last answer
+      # woke are still to run (Pipeline#callers_returning?): its reader, resumed first, took it
+      # alone, and they came back to a pool with no connection to share, waited in the slot
+      # line and were let through one reactor turn after another, each statement in a segment
+      # of its own. That happened whenever every answer in flight was read at once, which on a
+      # loaded machine (the process waiting for a core while the server answered) was often:
+      # bench/results/postgres-ruby-3.3.md, "Segment hold under load".
       def take_unpressed
         return nil unless @shared.empty? && @slot_queue.empty? && @pin_queue.empty?
+        return nil if @idle.last&.pipeline&.callers_returning?
         connection = take_idle || (open_connection if room?)
         return nil unless connection
         connection.exit_pipeline_mode
