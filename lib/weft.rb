@@ -46,12 +46,19 @@ module Weft
 
       scheduler = Scheduler.new
       Fiber.set_scheduler(scheduler)
+      ran = false
       begin
         root = scheduler.spawn(nil, "root", [], block, Deadline.current)
         root.observe {} # its failure is raised from here, not logged
         scheduler.run
+        ran = true
         root.wait
       ensure
+        # Thread#kill of this thread ends the loop with no exception for Scheduler#run to
+        # rescue: the tasks are cancelled here, as for an Interrupt, or closing the scheduler
+        # would run them to their natural end (a server's accept loop: never) before the thread
+        # could die.
+        scheduler.cancel_all unless ran
         Fiber.set_scheduler(nil)
       end
     end
@@ -69,14 +76,22 @@ module Weft
 
     # Runs the block with a deadline; past it, Weft::TimeoutError (a Timeout::Error) is raised
     # where the block is waiting. Outside a reactor it falls back to the stdlib's thread-based
-    # Timeout with the same error class.
+    # Timeout with the same error class, and the same durations mean the same in both places:
+    # nil or Float::INFINITY is no limit, zero or less a deadline already past (a computed
+    # `deadline - now` that ran out), which the stdlib would take as none (0) or refuse (< 0).
+    # @raise [ArgumentError] for NaN or anything that is not a real number
     def timeout(seconds, message = nil, &block)
+      return yield(seconds) if seconds.nil? || seconds == Float::INFINITY
+      unless seconds.is_a?(Numeric) && seconds.real? && !(seconds.is_a?(Float) && seconds.nan?)
+        raise ArgumentError, "Weft.timeout needs a number of seconds or nil (got #{seconds.inspect})"
+      end
+
       message ||= "execution expired after #{seconds}s"
       scheduler = Fiber.scheduler
       if scheduler.is_a?(Scheduler) && !Fiber.current.blocking?
         scheduler.timeout_after(seconds, TimeoutError, message, &block)
       else
-        Timeout.timeout(seconds, TimeoutError, message, &block)
+        Timeout.timeout([seconds, MINIMUM_TIMEOUT].max, TimeoutError, message, &block)
       end
     end
 
@@ -134,7 +149,12 @@ module Weft
 
     # Calls the block for each item in tasks, at most `concurrency` at a time (all at once when
     # nil), and returns the results in order. The first failure cancels the rest and is raised.
+    # @raise [ArgumentError] unless `concurrency` is nil or a positive Integer
     def map(items, concurrency: nil, &block)
+      unless concurrency.nil? || (concurrency.is_a?(Integer) && concurrency.positive?)
+        raise ArgumentError, "Weft.map needs a positive Integer concurrency, or nil (got #{concurrency.inspect})"
+      end
+
       items = items.to_a
       workers = [concurrency || items.size, items.size].min
       results = Array.new(items.size)

@@ -46,6 +46,18 @@ class GatherTest < Minitest::Test
     end
   end
 
+  # A cancelled task's value is nil, as Task#wait has it; gather gave the Weft::Cancelled itself,
+  # an exception object among the values, which `a, b = Weft.gather(...)` took for a result.
+  def test_a_cancelled_task_gives_nil
+    values = Weft.run do
+      cancelled = Weft.spawn { sleep 10 }
+      done = Weft.spawn { sleep 0.02; :done }
+      Weft.spawn { sleep 0.01; cancelled.cancel }
+      Weft.gather(cancelled, done)
+    end
+    assert_equal [nil, :done], values
+  end
+
   def test_collect_returns_every_outcome
     outcomes = Weft.run do
       ok = Weft.spawn { sleep 0.01; :ok }

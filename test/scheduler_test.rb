@@ -252,6 +252,57 @@ class SchedulerTest < Minitest::Test
     assert_equal payload.bytesize, received.bytesize
   end
 
+  # A command that exits without reading all its input (head): the write waiting for room in
+  # the full pipe must fail with EPIPE, as without Weft. It waited forever: epoll reports only
+  # EPOLLERR on a pipe's write end when its read end closes, which io-event calls readable.
+  def test_a_write_to_a_pipe_whose_reader_exits_raises_epipe
+    outcome = Weft.run do
+      Open3.popen2("head", "-c", "10") do |stdin, stdout, waiter|
+        stdin.write("x" * 10_000_000)
+        :written
+      rescue Errno::EPIPE
+        [:epipe, stdout.read, waiter.value.success?]
+      end
+    end
+    assert_equal [:epipe, "x" * 10, true], outcome
+  end
+
+  # Closing an IO that another task waits on takes its descriptor out of epoll with no event:
+  # the reader waited forever, and Weft.run with it. It gets IOError, as a thread would; so
+  # does each of several waiters on one IO, and a later wait on another IO is not disturbed.
+  def test_closing_an_io_raises_ioerror_in_the_tasks_waiting_on_it
+    outcomes = Weft.run do
+      reader, writer = IO.pipe
+      left, right = UNIXSocket.pair
+      pipe_reader = Weft.spawn { reader.read(1) }
+      socket_readers = Array.new(2) { Weft.spawn { left.read(1) } }
+      untouched = Weft.spawn { right.read(1) }
+      sleep 0.05
+      reader.close
+      left.close
+      writer.close
+      [pipe_reader, *socket_readers].map { |task| (task.wait rescue $!) } + [untouched.wait]
+    ensure
+      right&.close
+    end
+    assert_equal [IOError] * 3 + [NilClass], outcomes.map(&:class), outcomes.inspect
+  end
+
+  # Cancel, then close, in one turn (the server's shutdown of its accept loops): the task ends
+  # cancelled, by the cancellation on its way, not failed with the IOError of the close.
+  def test_a_task_cancelled_and_then_closed_on_ends_cancelled
+    statuses = Weft.run do
+      listener = TCPServer.new("127.0.0.1", 0)
+      accepter = Weft.spawn { listener.wait_readable }
+      sleep 0.02
+      accepter.cancel
+      listener.close
+      accepter.wait
+      [accepter.status, accepter.error.class]
+    end
+    assert_equal [:cancelled, Weft::Cancelled], statuses
+  end
+
   def test_io_wait_with_timeout
     reader, writer = IO.pipe
     result = Weft.run { reader.wait_readable(0.05) }
@@ -294,6 +345,9 @@ class SchedulerTest < Minitest::Test
         sleep 0.05
         written_at = Weft::Timers.now
         writer.write("x")
+        # A poll may find nothing until the byte is in: under load this thread can lose the CPU
+        # between the clock read and the write (the floor came out up to 1.1 ms after it).
+        written_by = Weft::Timers.now
       end
       since = Weft::Timers.now
       reader.wait_readable
@@ -344,7 +398,7 @@ class SchedulerTest < Minitest::Test
   # 50 ms after the reader last looked has a floor near 50 ms, not at the last look.
   def test_readiness_floor_follows_the_polls_that_found_nothing
     reader, writer = UNIXSocket.pair
-    since = floor = written_at = nil
+    since = floor = written_at = written_by = nil
     Weft.run do
       stop = false
       spinner = Weft.spawn do
@@ -358,6 +412,9 @@ class SchedulerTest < Minitest::Test
         sleep 0.05
         written_at = Weft::Timers.now
         writer.write("x")
+        # A poll may find nothing until the byte is in: under load this thread can lose the CPU
+        # between the clock read and the write (the floor came out up to 1.1 ms after it).
+        written_by = Weft::Timers.now
       end
       since = Weft::Timers.now
       reader.wait_readable
@@ -366,7 +423,7 @@ class SchedulerTest < Minitest::Test
       peer.join
       spinner.wait
     end
-    assert_operator floor, :<=, written_at + 0.001
+    assert_operator floor, :<=, written_by + 0.001
     assert_operator floor, :>=, written_at - 0.02, "the floor is far behind the last poll that found nothing"
   ensure
     reader&.close
@@ -475,6 +532,23 @@ class SchedulerTest < Minitest::Test
     assert_match(/loop fiber/, error.message)
   ensure
     scheduler&.close
+  end
+
+  # A timer at infinity (Timeout.timeout(Float::INFINITY), a limit meaning "none") was the poll's
+  # timeout while nothing else was due: epoll_wait raised EINVAL in the loop fiber, and Weft.run
+  # failed with it, every task cancelled. A NaN duration (sleep(Float::NAN)) did the same. Now
+  # the first waits as long as it takes and the second fails in its own task.
+  def test_infinite_and_nan_durations_leave_the_reactor_running
+    queue = Thread::Queue.new
+    pusher = Thread.new { sleep 0.1; queue << :pushed }
+    popped, nan_error = Weft.run do
+      nan_sleep = Weft.spawn { sleep(Float::NAN) }
+      [Timeout.timeout(Float::INFINITY) { queue.pop }, (nan_sleep.wait rescue $!)]
+    end
+    assert_equal :pushed, popped
+    assert_kind_of ArgumentError, nan_error
+  ensure
+    pusher&.join
   end
 
   # However a wait in #suspend ends (woken, timed out, raised into), the fiber leaves the

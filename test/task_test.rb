@@ -247,6 +247,26 @@ class TaskTest < Minitest::Test
     end
   end
 
+  # From another thread, #cancel put the request in the reactor's books without waking it: a
+  # task parked on a Queue nobody fills was never cancelled, and Weft.run never returned.
+  def test_cancel_from_another_thread_reaches_an_idle_reactor
+    task = nil
+    canceller = Thread.new do
+      sleep 0.01 until task
+      sleep 0.05
+      task.cancel
+    end
+    status = assert_elapsed_under(5) do
+      Weft.run do
+        task = Weft.spawn { Thread::Queue.new.pop }
+        task.wait
+        task.status
+      end
+    end
+    assert_equal :cancelled, status
+    assert canceller.value
+  end
+
   def test_many_waiters_on_one_task
     results = Weft.run do
       task = Weft.spawn { sleep 0.02; :shared }

@@ -149,4 +149,27 @@ class TimersTest < Minitest::Test
     @timers.after(-1) {}
     assert_equal 0, @timers.wait_interval
   end
+
+  # A NaN deadline compares false with everything: sifted to the top of the heap, it never came
+  # due and held back every timer below it (a sleep under Weft.timeout(Float::NAN) ended at once,
+  # another never).
+  def test_nan_is_refused
+    assert_raises(ArgumentError) { @timers.after(Float::NAN) {} }
+    timer = @timers.after(1) {}
+    assert_raises(ArgumentError) { timer.reschedule(Float::NAN) }
+    assert timer.active?
+    @timers.after(0) {}
+    assert_equal 1, @timers.fire # the heap is intact: the due timer fires, the other waits
+    assert_equal 1, @timers.size
+  end
+
+  # The poll that waits for the next timer takes the interval as its timeout; a selector raised
+  # EINVAL for one of Float::INFINITY or 1e19 s.
+  def test_wait_interval_is_bounded_for_distant_timers
+    @timers.after(Float::INFINITY) {}
+    assert_equal Weft::Timers::LONGEST_WAIT, @timers.wait_interval
+    @timers.after(1e19) {}
+    assert_equal Weft::Timers::LONGEST_WAIT, @timers.wait_interval
+    assert_equal 0, @timers.fire
+  end
 end

@@ -36,6 +36,47 @@ class WeftTest < Minitest::Test
     refute Weft.running?
   end
 
+  # Thread#kill of a thread in Weft.run ends its loop with nothing to rescue: closing the
+  # scheduler then ran the tasks to their natural end (30 s here, never for an accept loop)
+  # before the thread could die, and a task whose fiber the kill had unwound (it was running)
+  # never ended at all. The tasks are now cancelled and the thread dies at once, every ensure
+  # block run: with the reactor idle, and with a task running as the kill comes.
+  def test_thread_kill_cancels_the_tasks
+    [false, true].each do |busy|
+      unwound = Thread::Queue.new
+      running = Thread::Queue.new
+      thread = Thread.new do
+        Weft.run do
+          Weft.spawn do
+            sleep 30
+          ensure
+            unwound << :child
+          end
+          if busy
+            Weft.spawn do
+              running << true
+              loop { 1_000.times { Math.sqrt(2) }; sleep 0 }
+            ensure
+              unwound << :busy
+            end
+          else
+            Weft.spawn { running << true }
+          end
+          begin
+            sleep 30
+          ensure
+            unwound << :root
+          end
+        end
+      end
+      running.pop
+      thread.kill
+      assert thread.join(5), "the killed thread still runs (busy: #{busy})"
+      ends = Array.new(unwound.size) { unwound.pop }
+      assert_equal (busy ? %i[busy child root] : %i[child root]).sort, ends.sort
+    end
+  end
+
   def test_run_refuses_a_thread_with_another_scheduler
     other = Class.new do
       %i[block unblock kernel_sleep io_wait close].each { |hook| define_method(hook) { |*| } }
@@ -78,6 +119,23 @@ class WeftTest < Minitest::Test
     assert_raises(Weft::TimeoutError) { Weft.timeout(0.05) { sleep 1 } }
   end
 
+  # The same duration meant different things inside a reactor and outside: nil raised TypeError
+  # inside (no limit outside), 0 expired at once inside (no limit outside), a negative one
+  # expired inside (ArgumentError outside), Float::INFINITY was no limit inside (RangeError
+  # outside), NaN no limit in both.
+  def test_timeout_durations_mean_the_same_inside_and_outside_a_reactor
+    inside = ->(&block) { Weft.run(&block) }
+    outside = ->(&block) { block.call }
+    [inside, outside].each do |where|
+      assert_equal :ok, where.call { Weft.timeout(nil) { sleep 0.01; :ok } }
+      assert_equal :ok, where.call { Weft.timeout(Float::INFINITY) { sleep 0.01; :ok } }
+      [0, -1].each do |seconds|
+        assert_raises(Weft::TimeoutError) { where.call { Weft.timeout(seconds) { sleep 2 } } }
+      end
+      assert_raises(ArgumentError) { where.call { Weft.timeout(Float::NAN) { sleep 0.01 } } }
+    end
+  end
+
   def test_nested_timeouts_fire_the_inner_one_first
     result = Weft.run do
       Weft.timeout(2) do
@@ -103,6 +161,17 @@ class WeftTest < Minitest::Test
     end
     assert_equal (1..20).map { |i| i * 2 }, results
     assert_equal 4, peak
+  end
+
+  # concurrency: 0 started no worker and returned a nil for every item, as if each had been
+  # mapped; a negative one failed with "negative array size".
+  def test_map_refuses_a_concurrency_that_runs_nothing
+    Weft.run do
+      [0, -1, 1.5].each do |concurrency|
+        error = assert_raises(ArgumentError) { Weft.map([1, 2], concurrency: concurrency) { |x| x } }
+        assert_match(/concurrency/, error.message)
+      end
+    end
   end
 
   def test_map_with_no_items

@@ -46,8 +46,9 @@ module Weft
     include Error
   end
 
-  # Raised by Weft.timeout (and by the stdlib Timeout.timeout under Weft's scheduler) when the
-  # deadline passes. It is a Timeout::Error so existing `rescue Timeout::Error` code keeps working.
+  # Raised by Weft.timeout when the deadline passes (the stdlib's Timeout.timeout, which Weft's
+  # scheduler also serves, raises the class it is given, Timeout::Error by default). It is a
+  # Timeout::Error so existing `rescue Timeout::Error` code keeps working.
   class TimeoutError < Timeout::Error
     include Error
   end

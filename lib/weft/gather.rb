@@ -7,10 +7,12 @@ module Weft
   module Gather
     module_function
 
-    # Waits for every task and returns their values in the order given.
+    # Waits for every task and returns their values in the order given: nil for a task that was
+    # cancelled, as Task#wait returns.
     #
     # By default the first failure wins: as soon as any task fails, the others still running are
-    # cancelled and that failure is raised (with its own backtrace). With `collect: true` every
+    # cancelled and that failure is raised (with its own backtrace) at once, without waiting for
+    # them to unwind: their ensure blocks run on the reactor's next turns. With `collect: true` every
     # task is waited for and the result holds each value, or the exception a task failed with
     # (a Weft::Cancelled for a task that was cancelled).
     #
@@ -38,6 +40,7 @@ module Weft
         tasks.each(&:cancel)
         raise first_failure.error
       end
+      return tasks.map(&:wait) unless collect # no task failed: each completed or was cancelled
       tasks.map { |task| task.completed? ? task.wait : task.error }
     end
   end

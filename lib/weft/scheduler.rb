@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "io/event"
+require "fcntl"
 require "socket"
 require_relative "errors"
 require_relative "timers"
@@ -8,6 +9,7 @@ require_relative "task"
 require_relative "fiber_control"
 require_relative "fork_handler"
 require_relative "selector_io"
+require_relative "io_close_notice"
 
 module Weft
   # Weft's Fiber::Scheduler: the reactor behind Weft.run.
@@ -285,8 +287,9 @@ module Weft
       @fiber_pool_size = fiber_pool_size
       # Exceptions to raise into suspended tasks (cancellation); delivered by the loop fiber.
       @raises = {}.compare_by_identity
-      # Wake-ups posted from other threads, handed over under a lock and applied on the reactor
-      # thread by a small fiber of its own (see #wake_from_any_thread).
+      # Wake-ups (and cancellations, see #cancel_from_any_thread) posted from other threads,
+      # handed over under a lock and applied on the reactor thread by a small fiber of its own
+      # (see #wake_from_any_thread).
       @foreign_wakeups = []
       @foreign_lock = Thread::Mutex.new
       @foreign_drain = Fiber.new(blocking: true) do
@@ -314,6 +317,9 @@ module Weft
       # Every fiber that runs tasks, idle or not: user code must not switch into these itself
       # (see FiberControl).
       @workers = {}.compare_by_identity
+      # The IOs fibers wait on in #io_wait, each mapped to its fiber (an Array of them when
+      # several wait on one IO): IO#close raises IOError into them (see #io_closing).
+      @io_waiters = {}.compare_by_identity
     end
 
     # --- Running -----------------------------------------------------------------------------
@@ -540,13 +546,16 @@ module Weft
       if Thread.current.equal?(@thread)
         wake(fiber, true, blocker)
       else
-        @foreign_lock.synchronize { @foreign_wakeups << [fiber, blocker] }
-        # Queueing the drain fiber in the selector is what makes this race-free: the selector
-        # looks at its ready queue immediately before it blocks, with no gap in which another
-        # thread could run, and #wakeup interrupts it if it is blocked already.
-        @selector.push(@foreign_drain)
-        @selector.wakeup
+        post_from_any_thread(fiber, blocker)
       end
+    end
+
+    # @api private: Task#cancel called on another thread. Cancelling touches the reactor's books
+    # and only a turn of the loop delivers it, so it is handed to the reactor's thread, which
+    # cancels the task there; done on the calling thread, it waited for whatever next woke an
+    # idle reactor (forever, for a task waiting on a Queue nobody fills).
+    def cancel_from_any_thread(task, message)
+      post_from_any_thread(task, message)
     end
 
     # IO#wait_readable, IO#wait_writable, IO#wait, and the non-blocking retry loops of every
@@ -557,9 +566,35 @@ module Weft
       # Ruby bounds it without a scheduler: Ruby 3.3 passes nil here after a read that found
       # nothing, and raises IO::TimeoutError itself when this returns false.
       timeout = io.timeout if timeout.nil? && IO_TIMEOUTS
+      events |= IO::READABLE if events == IO::WRITABLE && pipe_write_end?(io)
       fiber = Fiber.current
-      return @selector.io_wait(fiber, io, events) unless timeout
-      io_timeout(fiber).wait(io, events, timeout)
+      waiters = @io_waiters
+      waiting = waiters[io]
+      waiters[io] = waiting ? [*waiting, fiber] : fiber
+      begin
+        return @selector.io_wait(fiber, io, events) unless timeout
+        io_timeout(fiber).wait(io, events, timeout)
+      ensure
+        waiting = waiters.delete(io)
+        forget_shared_io_wait(io, waiting, fiber) unless waiting.equal?(fiber)
+      end
+    end
+
+    # @api private: IO#close of `io` on this reactor's thread (Weft::IOCloseNotice), around the
+    # close itself (the block). The fibers waiting on `io` in #io_wait get IOError, as threads
+    # blocked on an IO that another thread closes do: closing a descriptor takes it out of epoll
+    # without an event, so they waited forever (Ruby 3.5 hands this to the scheduler itself, as
+    # Fiber::Scheduler#fiber_interrupt). Raised before the close, at once, through Fiber#raise
+    # (see FiberControl): closing first hung the closer too on Ruby 3.1, whose close then waited
+    # for the parked reader as for a read under way (where in Ruby was not looked into). The
+    # closer goes on, and closes, on the loop's next turn. A task whose cancellation is on its
+    # way (cancel, then close, in one turn: the server's shutdown) gets that instead.
+    def io_closing(io)
+      waiting = @io_waiters.delete(io)
+      waiting && Array(waiting).each do |fiber|
+        fiber.raise(IOError, "stream closed in another fiber") unless @raises.each_key.any? { |task| task.fiber.equal?(fiber) }
+      end
+      yield
     end
 
     # #io_wait with a timeout that needs no precision (a server connection lingering for its
@@ -875,6 +910,29 @@ module Weft
     WEFT_FIBER_STATE = %i[@weft_io_timeout @weft_suspend_timeout].freeze
     private_constant :WEFT_FIBER_STATE
 
+    # Whether `io` is the write end of a pipe (or FIFO) and nothing else. When the read end
+    # closes, epoll reports EPOLLERR alone on it, never EPOLLOUT, and io-event (1.11, and its source
+    # of August 2026) reports EPOLLERR as readable only: a writer waiting for room in the pipe was never
+    # woken, so writing a large input to a command that exits without reading it all
+    # (Open3.popen2("head", ...)) hung where Ruby raises Errno::EPIPE. Waiting for readable as
+    # well wakes it, and its retried write raises EPIPE. A write-only pipe descriptor is never
+    # readable otherwise, so that adds no wake-ups; sockets (which report EPOLLOUT with the
+    # error) and descriptors open for reading too are left alone. Two system calls, on a wait
+    # for room in a full pipe only.
+    def pipe_write_end?(io)
+      !io.is_a?(BasicSocket) && (io.fcntl(Fcntl::F_GETFL) & Fcntl::O_ACCMODE) == Fcntl::O_WRONLY && io.stat.pipe?
+    rescue SystemCallError, IOError, NotImplementedError
+      false
+    end
+
+    # The end of a #io_wait for `fiber` that found `waiting` under its IO (taken out): other
+    # fibers' waits on the IO go back, and nothing if IO#close took them already.
+    def forget_shared_io_wait(io, waiting, fiber)
+      return unless waiting
+      others = waiting.is_a?(Array) ? waiting.reject { |other| other.equal?(fiber) } : [waiting]
+      @io_waiters[io] = others.size == 1 ? others.first : others unless others.empty?
+    end
+
     # The fiber's IOTimeout for this reactor, made on its first timed I/O wait here.
     def io_timeout(fiber)
       waiter = fiber.weft_io_timeout
@@ -967,8 +1025,21 @@ module Weft
       @raises = {}.compare_by_identity
       raises.each do |task, exception|
         fiber = task.fiber
-        fiber.raise(exception) if fiber && !task.done?
+        next unless fiber && !task.done?
+        # A fiber can die under its task only by Thread#kill of this thread (see Task#abandon).
+        fiber.alive? ? fiber.raise(exception) : task.abandon
       end
+    end
+
+    # Hands `target` (a fiber to wake, with its blocker as `argument`, or a task to cancel, with
+    # the message) to the reactor's thread.
+    def post_from_any_thread(target, argument)
+      @foreign_lock.synchronize { @foreign_wakeups << [target, argument] }
+      # Queueing the drain fiber in the selector is what makes this race-free: the selector
+      # looks at its ready queue immediately before it blocks, with no gap in which another
+      # thread could run, and #wakeup interrupts it if it is blocked already.
+      @selector.push(@foreign_drain)
+      @selector.wakeup
     end
 
     def take_foreign_wakeups
@@ -977,7 +1048,9 @@ module Weft
         @foreign_wakeups = []
         taken
       end
-      wakeups.each { |fiber, blocker| wake(fiber, true, blocker) }
+      wakeups.each do |target, argument|
+        target.is_a?(Task) ? target.cancel(argument) : wake(target, true, argument)
+      end
     end
 
     # Lag is how long the loop ran fibers between two polls: the longest an event that arrived

@@ -105,10 +105,16 @@ module Weft
 
     # Asks the task to stop: Weft::Cancelled is raised in it where it is suspended (at once, if
     # a task cancels itself), so its ensure blocks run. Its children are cancelled too.
-    # Cancelling a task that has ended does nothing.
-    # @return [Boolean] whether a cancellation was requested by this call
+    # Cancelling a task that has ended does nothing. May be called from any thread: from another
+    # than the reactor's, the reactor's thread cancels the task on its next turn.
+    # @return [Boolean] whether a cancellation was requested by this call (from another thread:
+    #   whether one may be, as the task had neither ended nor been cancelled yet)
     def cancel(message = "task cancelled")
       return false if done? || @cancel_requested
+      unless Thread.current.equal?(@scheduler.thread)
+        @scheduler.cancel_from_any_thread(self, message)
+        return true
+      end
       @cancel_requested = true
       @children&.each_key { |child| child.cancel(message) }
       if Fiber.current.equal?(@fiber)
@@ -204,6 +210,17 @@ module Weft
       finish(:failed, nil, e)
     end
 
+    # @api private: the task's fiber died under it, so it cannot end by itself: Thread#kill of
+    # the reactor's thread while the task ran unwinds the fiber (its ensure blocks run) and ends
+    # it. The task is recorded as cancelled, so that the reactor, which runs until every task
+    # has ended, can close. Task.on_end hooks do not run: they run in the task's fiber.
+    def abandon
+      @deadline_timer&.cancel
+      @status = :cancelled
+      @error = Cancelled.new("the task's fiber was killed")
+      leave_reactor
+    end
+
     protected
 
     def reparent(parent)
@@ -228,11 +245,16 @@ module Weft
       @value = value
       @error = error
       run_end_hooks unless END_HOOKS.empty?
+      leave_reactor
+      report_if_never_observed if status == :failed && !@observed
+    end
+
+    # Tells the reactor, the task tree and the observers that the task has ended.
+    def leave_reactor
       @fiber = nil # the fiber goes back to the scheduler's pool
       @scheduler.task_ended(self)
       hand_children_to_parent
       @observers&.each { |observer| observer.call(self) }
-      report_if_never_observed if status == :failed && !@observed
     end
 
     # Runs the Task.on_end hooks: after the status is set, so that they see the outcome and the

@@ -20,6 +20,13 @@ module Weft
   # until its deadline reaches the top, so dead entries would pile up for the whole timeout
   # period. Here the structure holds exactly the live timers.
   class Timers
+    # The longest a poll is told to wait for the next timer, in seconds. Selectors reject a
+    # timeout too long for their own representation (epoll's is an int of milliseconds,
+    # io-event's a timespec): a timer at Float::INFINITY or 1e19 s from now made the poll raise
+    # EINVAL in the loop fiber, which ended the reactor. A timer further out is reached in
+    # several polls.
+    LONGEST_WAIT = 3600.0
+
     # One scheduled callback. Returned by Timers#after; keep it to cancel or move it.
     class Timer
       # @return [Float] the monotonic time at which it fires
@@ -78,20 +85,25 @@ module Weft
 
     # Calls `callback` (or the block) once, `seconds` from now, in the reactor's loop fiber. It
     # must not block; it typically wakes or raises into a task.
+    # @param seconds [Numeric] zero or less fires on the next look; Float::INFINITY never fires
     # @param callback [#call, nil] instead of a block: lets a caller that arms many timers
     #   reuse one callable rather than allocate a Proc for each
     # @return [Timer]
+    # @raise [ArgumentError] for NaN, which is neither before nor after any moment: in the heap it
+    #   would hold back every timer below it
     def after(seconds, callback = nil, &block)
-      timer = Timer.new(self, Timers.now + seconds, callback || block)
+      timer = Timer.new(self, deadline_after(seconds), callback || block)
       insert(timer, seconds)
       timer
     end
 
-    # @return [Float, nil] seconds until the next deadline (0 if one is due), nil if no timers
+    # @return [Float, nil] seconds until the next deadline (0 if one is due, at most
+    #   LONGEST_WAIT), nil if no timers
     def wait_interval(now = Timers.now)
       deadline = next_deadline or return nil
       interval = deadline - now
-      interval.negative? ? 0 : interval
+      return 0 if interval.negative?
+      interval > LONGEST_WAIT ? LONGEST_WAIT : interval
     end
 
     # @return [Float, nil] the earliest deadline of the live timers, nil if there are none
@@ -142,13 +154,20 @@ module Weft
 
     # @api private
     def move(timer, seconds)
+      deadline = deadline_after(seconds)
       delete(timer) if timer.duration
-      timer.deadline = Timers.now + seconds
+      timer.deadline = deadline
       insert(timer, seconds)
       timer
     end
 
     private
+
+    def deadline_after(seconds)
+      deadline = Timers.now + seconds
+      raise ArgumentError, "a timer needs a number of seconds, not NaN" if deadline.nan?
+      deadline
+    end
 
     def insert(timer, seconds)
       @size += 1

@@ -77,13 +77,22 @@ class PostgresPoolTest < Minitest::Test
     db = pool(limit: 2)
     reactor do
       ["SET search_path TO nowhere", "LISTEN weft_refused", "SELECT pg_advisory_lock(4346)",
-       "CREATE TEMP TABLE weft_refused (a int)", "COPY (SELECT 1) TO STDOUT"].each do |sql|
+       "CREATE TEMP TABLE weft_refused (a int)", "COPY (SELECT 1) TO STDOUT",
+       "SELECT set_config('search_path', 'nowhere', false)"].each do |sql|
         error = assert_raises(ArgumentError, sql) { db.query(sql) }
         assert_includes error.message, "Pool#with"
       end
+      # set_config(..., false) is a session SET too (a tenant's search_path left on a shared
+      # connection for every caller after); an `is_local` the text does not show counts as one.
+      error = assert_raises(ArgumentError) { db.query("SELECT set_config('search_path', $1, $2)", "nowhere", "false") }
+      assert_includes error.message, "Pool#with"
+      assert_equal "nowhere", db.query("SELECT set_config('search_path', 'nowhere', true)").getvalue(0, 0)
       Array.new(4) { Weft.spawn { 5.times { assert_equal "\"$user\", public", db.query("show search_path").getvalue(0, 0) } } }
         .each(&:wait)
       db.with do
+        db.query("SELECT set_config('search_path', 'nowhere', false)")
+        assert_equal "nowhere", db.query("show search_path").getvalue(0, 0)
+        db.query("RESET search_path")
         db.query("SET search_path TO nowhere")
         assert_equal "nowhere", db.query("show search_path").getvalue(0, 0)
         assert_equal "t", db.query("SELECT pg_try_advisory_lock(4346)").getvalue(0, 0)

@@ -110,9 +110,14 @@ class PostgresStatementScopeTest < Minitest::Test
     ["BEGIN", "  start transaction isolation level serializable", "-- tag\n/* app */ begin;"]
       .each { |sql| assert_equal :start, SCOPE.transaction_role(sql), sql }
     ["SET LOCAL x.y = 1", "/* t */ set local statement_timeout = 5", "SET TRANSACTION READ ONLY",
-     "SET CONSTRAINTS ALL DEFERRED", "SELECT set_config('x.y', '1', true)", "select SET_CONFIG($1, $2, $3)",
-     "SELECT 1 FROM t WHERE pg_catalog.set_config('x', 'y', false) IS NOT NULL"]
+     "SET CONSTRAINTS ALL DEFERRED", "SELECT set_config('x.y', '1', true)", "select SET_CONFIG($1, $2, TRUE)",
+     "SELECT pg_catalog.set_config ( 'x.y', 'it''s, (1)' , true ), \"set_config\"(name, $1, true) FROM t"]
       .each { |sql| assert_equal :setting, SCOPE.transaction_role(sql), sql }
+    # set_config(..., false) is a session SET; an `is_local` the text does not show counts as one.
+    ["select SET_CONFIG($1, $2, $3)", "SELECT 1 FROM t WHERE pg_catalog.set_config('x', 'y', false) IS NOT NULL",
+     "SELECT set_config('a', '1', true), set_config('b', '2', false)", "SELECT set_config('a', lower('X'), true)",
+     "SELECT set_config('a', '1' /* c */, true)", "SELECT set_config('a', '1', true OR false)"]
+      .each { |sql| assert_equal :session, SCOPE.transaction_role(sql), sql }
     ["COMMIT", "end", "/* app */ ROLLBACK", "abort;", "-- t\nrollback to savepoint a", "COMMIT PREPARED 'x'",
      "PREPARE TRANSACTION 'x'"]
       .each { |sql| assert_equal :end, SCOPE.transaction_role(sql), sql }

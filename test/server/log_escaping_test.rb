@@ -67,4 +67,78 @@ class ServerLogEscapingTest < Minitest::Test
     end
     assert_includes log.string, "\"GET /caf\\xC3\\xA9?q=\\xC3\\xA9\\xC3\\xA9 HTTP/1.1\" 200"
   end
+  # An error's message may quote what a client sent (a record's id, a parameter): its line
+  # breaks become tab-indented continuation lines, like the backtrace's, and its control bytes
+  # are escaped, so that no line of it passes for a log entry of its own. Unescaped, the forged
+  # line below began a line of the log and the escape sequence reached the terminal.
+  def test_an_error_message_cannot_forge_an_error_log_line
+    errors = StringIO.new
+    app = ->(env) { raise ArgumentError, "no user #{URI.decode_www_form_component(env['QUERY_STRING'])}" }
+    forged = "x\r\nE, [2026-01-01T00:00:00] ERROR -- : admin logged in\e[2J\u009b"
+    with_error_log(errors) do
+      with_server(app, lint: false) do |_, port|
+        assert_equal "500", http_get(port, "/?#{URI.encode_www_form_component(forged).gsub('+', '%20')}").code
+      end
+    end
+    assert_message_escaped(errors.string)
+  end
+
+  # The same for the one-line warning of a request whose deadline passed (503), which names
+  # the request by its PATH_INFO (the app's to change) and quotes the error's message.
+  def test_a_deadline_warning_escapes_the_path_and_the_message
+    errors = StringIO.new
+    app = lambda do |env|
+      env["PATH_INFO"] = "/a\nE, forged"
+      raise Weft::DeadlineExceeded, "gave up\nE, forged too\e[2J"
+    end
+    with_error_log(errors) do
+      with_server(app, lint: false) { |_, port| assert_equal "503", http_get(port, "/").code }
+    end
+    log = errors.string
+    assert_includes log, "GET /a\\x0AE, forged: gave up\n\tE, forged too\\x1B[2J; answered 503"
+    refute(log.lines.any? { |line| line.start_with?("E, forged") }, log)
+    refute_includes log, "\e"
+  end
+
+  # Rack says a status is an Integer; a String the response writer could read as one
+  # ("200\n") was written into the access log as it was, line break and all.
+  def test_a_status_string_cannot_break_the_access_log_line
+    log = StringIO.new
+    with_server(->(_env) { ["200\n", {}, []] }, lint: false, access_log: log) do |_, port|
+      assert_equal "200", http_get(port, "/").code
+    end
+    assert_equal 1, log.string.count("\n"), log.string
+    assert_includes log.string, "HTTP/1.1\" 200\\x0A - "
+  end
+
+  # Each kind of text escape_message meets: plain text is returned as it is (no copy), readable
+  # UTF-8 is kept, bytes that are not text in their encoding are escaped one by one.
+  def test_escape_message_keeps_text_and_escapes_what_is_not
+    escape = Weft::Server::LogText.method(:escape_message)
+    plain = "undefined method `total' for nil"
+    assert_same plain, escape.call(plain)
+    assert_equal "café\n\tzwei", escape.call("café\r\nzwei")
+    assert_equal "bad \\xFF\\x1B byte", escape.call("bad \xFF\e byte".dup.force_encoding(Encoding::UTF_8))
+    assert_equal "latin \\xE9", escape.call("latin \xE9".dup.force_encoding(Encoding::ISO_8859_1))
+    assert_equal "", escape.call(nil)
+  end
+
+  private
+
+  def with_error_log(io)
+    original = Weft.logger
+    Weft.logger = Logger.new(io)
+    yield
+  ensure
+    Weft.logger = original
+  end
+
+  # Every line of the log but the entries' first starts with a tab (a continuation), and no
+  # control byte but the line breaks and tabs is left.
+  def assert_message_escaped(log)
+    entries = log.lines.reject { |line| line.start_with?("\t") }
+    assert(entries.all? { |line| line.match?(/\A[A-Z], \[/) }, log)
+    refute_match(/[\x00-\x08\x0B-\x1F\x7F]/, log)
+    refute_includes log, "\u009b"
+  end
 end

@@ -9,5 +9,5 @@ require_relative "../lib/ringpool"
 
 settings = Ringpool::Settings.from_env
 shard = Ringpool.shard = Ringpool::Shard.new(settings)
-url = settings.shard_url(Ringpool::ShardSlot.claim(settings.socket_dir))
+url = settings.shard_url(Ringpool::ShardSlot.claim(settings.prepare_socket_dir))
 run Ringpool::ReactorThread.new(shard.api) { shard.run(url) }.start

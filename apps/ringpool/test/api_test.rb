@@ -110,6 +110,67 @@ class RingpoolAPITest < Minitest::Test
     end
   end
 
+  # Strings JSON can carry but PostgreSQL cannot store: NUL (jsonb and text refuse it) and a
+  # lone surrogate (Ruby's parser turns "\udc00" into invalid UTF-8, which JSON.generate and
+  # PostgreSQL refuse). Params with them failed the whole group's INSERT, so one client's item
+  # cost every request in its group a tracked number; a pool name with them was a 500 or a 503.
+  def test_text_postgresql_cannot_store_is_refused_per_item
+    with_shard(@db) do |port|
+      pool = create_pool(port, count: 2)
+      id = pool["id"]
+      bad = ['{"a":"x\\u0000y"}', '{"k\\u0000":1}', '{"a":"x\\udc00"}', '{"\\udc00":1}']
+      items = bad.map { |params| %({"ring_pool":#{id},"params":#{params}}) } << %({"ring_pool":#{id},"params":{"ok":"caf\\u00e9"}})
+      status, body = api(port, :post, "/allocations", raw: %({"allocations":[#{items.join(',')}]}))
+      assert_equal 200, status, body.inspect
+      answers = body["allocations"]
+      assert_equal ["invalid_params"] * 4, answers.first(4).map { |a| a["error"] }, answers.inspect
+      assert_equal false, answers.last["overflow"], "the good item of the same batch (the same INSERT) is tracked: #{answers.last.inspect}"
+      assert_equal [{ "params" => '{"ok": "café"}' }], sql(@db, "select params::text from allocations")
+
+      lone = %({"numbers":["+1555\\udc00","+15551234567"],"overflow_number":"+15550999999","lockout_seconds":60})
+      assert_equal [422, "invalid_numbers"], error_of(api(port, :post, "/ring_pools", raw: lone))
+      ['"a\\u0000b"', '"a\\udc00b"'].each do |name|
+        spec = %({"numbers":#{JSON.generate(numbers(2))},"overflow_number":"+15550999999","lockout_seconds":60,"name":#{name}})
+        assert_equal [422, "invalid_name"], error_of(api(port, :post, "/ring_pools", raw: spec)), name
+      end
+    end
+  end
+
+  # A number is tracked in one pool or an overflow number, never both: a pool whose overflow
+  # number was another pool's tracked number handed it out during that pool's lockouts, and
+  # the calls it got were attributed to the params of whoever the other pool had given it to.
+  def test_an_overflow_number_is_never_a_tracked_number
+    with_shard(@db) do |port|
+      pool = create_pool(port, count: 2, overflow: "+15550999999")
+      tracked = pool["numbers"].first["number"]
+      overflow_is_tracked = { "numbers" => numbers(2), "overflow_number" => tracked, "lockout_seconds" => 60 }
+      assert_equal [409, "numbers_taken"], error_of(api(port, :post, "/ring_pools", overflow_is_tracked))
+      tracks_an_overflow = { "numbers" => [*numbers(1), "+15550999999"], "overflow_number" => "+15550888888", "lockout_seconds" => 60 }
+      assert_equal [409, "numbers_taken"], error_of(api(port, :post, "/ring_pools", tracks_an_overflow))
+      shared_overflow = { "numbers" => numbers(2), "overflow_number" => "+15550999999", "lockout_seconds" => 60 }
+      assert_equal 201, api(port, :post, "/ring_pools", shared_overflow).first, "pools may share an overflow number"
+      assert_equal "2", sql(@db, "select count(*) from ring_pools").first["count"]
+    end
+  end
+
+  def test_malformed_ids_and_queries_get_a_4xx
+    with_shard(@db) do |port|
+      assert_equal [404, "not_found"], error_of(api(port, :get, "/ring_pools/9999999999")), "past PostgreSQL's integer"
+      assert_equal [400, "malformed_query"], error_of(api(port, :get, "/attribution?number=%ZZ"))
+      status, body = api(port, :get, "/attribution?number=+15550000001")
+      assert_equal 422, status
+      assert_includes body["message"], "%2B", "a bare + reads as a space: the answer says how to write it"
+      assert_equal [422, "invalid_number"], error_of(api(port, :get, "/attribution?number=%2B1555%FF"))
+      assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=0000-01-01T00:00:00Z"))
+      assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=0001-01-01T00:00:00%2B01:00"))
+      assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=9999-12-31T23:00:00-01:00"))
+      assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=2024%FF"))
+      assert_equal [422, "invalid_at"], error_of(api(port, :get, "/attribution?number=%2B15550000001&at=2023-02-29T12:00:00Z")), "no such day"
+      assert_equal 404, api(port, :get, "/attribution?number=%2B15550000001&at=0001-01-01T00:00:00Z").first
+      assert_equal 404, api(port, :get, "/attribution?number=%2B15550000001&at=9999-12-31T23:59:59.999999Z").first
+    end
+  end
+
   private
 
   def attribution_path(number, at)

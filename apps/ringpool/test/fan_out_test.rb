@@ -221,4 +221,39 @@ class RingpoolFanOutTest < Minitest::Test
       fan_out&.close
     end
   end
+
+  # Requests that ask one peer at once share a call, but never past what the peer reads of a
+  # body (PeerAPI: 4.5 MiB): three requests of 1,000 items with 2 KB params each went as one
+  # 6 MB call, which the peer cut short and refused, so every item of all three (and of any
+  # other request in the batch) got shard_unavailable and the peer's breaker a failure.
+  def test_a_batch_never_grows_past_what_a_peer_reads
+    sizes = Queue.new
+    peer = lambda do |env|
+      body = env["rack.input"].read
+      sizes << body.bytesize
+      PEERS["good"].call("rack.input" => StringIO.new(body))
+    end
+    Dir.mktmpdir do |dir|
+      server = Weft::Server.new(peer, binds: ["unix://#{dir}/peer.sock"], shutdown_timeout: 1)
+      thread = Thread.new { server.run }
+      url = "unix://#{dir}/peer.sock"
+      fan_out = Ringpool::FanOut.new
+      params = JSON.generate({ "campaign" => "x" * 2_000 })
+      large = Array.new(1_000) { Ringpool::Allocator::Item.new(POOL, params) }
+      answers = Weft.run do
+        Weft.deadline(20) do
+          tickets = Array.new(3) { fan_out.dispatch({ url => large }) }
+          tickets.map { |ticket| fan_out.results(ticket).fetch(url) }
+        end
+      end
+      answers.each { |answer| assert_equal [false] * 1_000, answer.map(&:overflow?) }
+      seen = Array.new(sizes.size) { sizes.pop }
+      assert_operator seen.size, :>=, 2, "more than one call: #{seen}"
+      assert(seen.all? { |size| size <= Ringpool::PeerAPI::MAX_BODY }, "every call within the peer's limit: #{seen}")
+    ensure
+      fan_out&.close
+      server&.stop
+      thread&.join(5)
+    end
+  end
 end

@@ -42,4 +42,36 @@ class RingpoolSettingsTest < Minitest::Test
       assert_match message, error.message
     end
   end
+
+  # The snapshot's name can be read by anyone who can list the socket folder: a hash of a URL
+  # with the password in it was a dictionary attack away from the password.
+  def test_the_catalog_snapshot_is_named_after_the_database_not_its_password
+    snapshot = ->(url) { Ringpool::Settings.new(database_url: url, socket_dir: "/s").catalog_snapshot }
+    urls = %w[postgres://app:secret1@db/ringpool postgres://app:other@db/ringpool postgres://app@db/ringpool]
+    assert_equal 1, urls.map(&snapshot).uniq.size, "the password does not change the name"
+    assert_equal 1, %w[postgres://app@db/ringpool?password=x&sslmode=require postgres://app@db/ringpool?password=y&sslmode=require].map(&snapshot).uniq.size
+    conninfo = ["host=db dbname=ringpool password=secret1", "host=db dbname=ringpool password='other one'"]
+    assert_equal 1, conninfo.map(&snapshot).uniq.size
+    refute_equal snapshot.("postgres://app@db/ringpool"), snapshot.("postgres://app@db/other"), "databases still differ"
+  end
+
+  # The default socket folder is under /tmp, where another user could have made it first and
+  # then replaced a shard's socket (reading and answering its peers' calls) or the catalog
+  # snapshot: a folder others may write to is refused.
+  def test_a_socket_folder_others_may_write_to_is_refused
+    Dir.mktmpdir do |parent|
+      fresh = File.join(parent, "sockets")
+      settings = Ringpool::Settings.new(database_url: "postgres://x/y", socket_dir: fresh)
+      assert_equal fresh, settings.prepare_socket_dir
+      assert_equal 0o700, File.stat(fresh).mode & 0o777, "made for this user alone"
+      File.chmod(0o777, fresh)
+      error = assert_raises(ArgumentError) { settings.prepare_socket_dir }
+      assert_match(/RINGPOOL_SOCKET_DIR/, error.message)
+      if Process.uid.zero? # only root can give the folder away
+        File.chmod(0o755, fresh)
+        File.chown(65_534, nil, fresh)
+        assert_raises(ArgumentError) { settings.prepare_socket_dir }
+      end
+    end
+  end
 end

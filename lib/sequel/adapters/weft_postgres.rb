@@ -116,7 +116,8 @@ module Sequel
       # number of rows changed.
       def execute_shared(sql, args)
         args = args&.map { |arg| bound_variable_arg(arg, nil) }
-        result = log_connection_yield(sql, nil, args) { weft_pool.query(sql, *args) }
+        pool = weft_pool
+        result = log_connection_yield(sql, nil, args) { args ? pool.query_stateless(sql, args) : pool.query_stateless(sql) }
         begin
           defined?(yield) ? yield(result) : result.cmd_tuples
         ensure

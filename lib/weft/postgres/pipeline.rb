@@ -167,6 +167,14 @@ module Weft
         !@reader.nil?
       end
 
+      # Whether callers whose statements were settled here have yet to come back from waiting:
+      # woken, they run on the reactor's next turn, and most send a statement again at once
+      # (Pool#take_unpressed leaves the connection to them).
+      # @return [Boolean]
+      def callers_returning?
+        settled_callers?
+      end
+
       # How much a new statement would wait here, for the pool to choose the least loaded
       # pipeline: the statements in flight, plus `limit` when the statement the server runs has
       # run longer than `stall_after` seconds (it may be long, and everything sent here waits

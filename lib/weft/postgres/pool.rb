@@ -64,6 +64,9 @@ module Weft
       SESSION_REFUSED = "Pool#query cannot change the session of a shared connection (SET, LISTEN, COPY, " \
                         "DEALLOCATE, a session advisory lock, a temporary table...): run it inside Pool#with, " \
                         "and undo it there, or set connections up with on_connect:"
+      # #query_stateless's parameters when none are given.
+      NO_PARAMS = [].freeze
+      private_constant :NO_PARAMS
       # Seconds a connection given back after an interrupted statement may take to be made
       # usable again (cancel, drain, rollback) before it is closed instead.
       RESET_GRACE = 2.0
@@ -219,23 +222,21 @@ module Weft
       def query(sql, *params)
         role = StatementScope.transaction_role(sql)
         raise ArgumentError, "Pool#query cannot open a transaction; use Pool#transaction" if role == :start
-        Deadline.current&.check!
-        Trace.event(:query, nil, Trace.tag(sql)) if Trace::ON
-        if (connection = pinned)
-          return run_pinned(connection, sql, params)
-        end
-        raise ArgumentError, SESSION_REFUSED if role == :session
-        unless @pipelining
-          return with do
-            synchronize { @queries += 1 }
-            connection = pinned
-            exec_plain(connection, plain_statement(connection, sql, params), sql, params)
-          end
-        end
-        # A setting or the end of the transaction (role :setting or :end) goes in a segment of
-        # its own.
-        alone = !role.nil?
-        interruptible(AT_WAITS) { shared_query(sql, params, alone) }
+        run_query(sql, params, role)
+      end
+
+      # @api private
+      # #query for a text its caller has already found to open no transaction and leave nothing
+      # in the session (StatementScope.transaction_statement? and .session_state? both false):
+      # the ActiveRecord and Sequel adapters test that themselves, to send such texts to a
+      # connection of their own, and the session test is most of #query's own (~0.33 µs of
+      # ~0.48 on an unfrozen 110-byte SELECT, 3.3 + YJIT; the adapters' texts are unfrozen, so
+      # #query's remembered roles do not spare it). Only the end of a transaction is looked for.
+      # @param sql [String]
+      # @param params [Array] values for the placeholders, as #query's
+      # @return [PG::Result]
+      def query_stateless(sql, params = NO_PARAMS)
+        run_query(sql, params, StatementScope.transaction_end?(sql) ? :end : nil)
       end
 
       # Pins a connection for the block: session state (SET, temporary tables, prepared
@@ -552,6 +553,28 @@ module Weft
 
       # --- Shared use ---------------------------------------------------------------------------
 
+      # #query and #query_stateless once the text is told: `role` as StatementScope.transaction_role
+      # gives it (:start was refused before).
+      def run_query(sql, params, role)
+        Deadline.current&.check!
+        Trace.event(:query, nil, Trace.tag(sql)) if Trace::ON
+        if (connection = pinned)
+          return run_pinned(connection, sql, params)
+        end
+        raise ArgumentError, SESSION_REFUSED if role == :session
+        unless @pipelining
+          return with do
+            synchronize { @queries += 1 }
+            connection = pinned
+            exec_plain(connection, plain_statement(connection, sql, params), sql, params)
+          end
+        end
+        # A setting or the end of the transaction (role :setting or :end) goes in a segment of
+        # its own.
+        alone = !role.nil?
+        interruptible(AT_WAITS) { shared_query(sql, params, alone) }
+      end
+
       # #query's statement outside a pin: one turn of the lock either takes a free connection
       # (then the statement runs on it outside the lock) or pipelines the statement. #locked
       # written out, with the lock taken and given back here rather than by Mutex#synchronize,
@@ -726,8 +749,17 @@ module Weft
       # While no connection is shared and nobody waits, a statement gets a free connection to
       # itself: a plain round trip costs less than the pipeline's bookkeeping, and nothing can
       # queue behind a slow statement. Pipelining starts once connections run short.
+      #
+      # Not the connection whose pipeline has just emptied while the callers its last answer
+      # woke are still to run (Pipeline#callers_returning?): its reader, resumed first, took it
+      # alone, and they came back to a pool with no connection to share, waited in the slot
+      # line and were let through one reactor turn after another, each statement in a segment
+      # of its own. That happened whenever every answer in flight was read at once, which on a
+      # loaded machine (the process waiting for a core while the server answered) was often:
+      # bench/results/postgres-ruby-3.3.md, "Segment hold under load".
       def take_unpressed
         return nil unless @shared.empty? && @slot_queue.empty? && @pin_queue.empty?
+        return nil if @idle.last&.pipeline&.callers_returning?
         connection = take_idle || (open_connection if room?)
         return nil unless connection
         connection.exit_pipeline_mode

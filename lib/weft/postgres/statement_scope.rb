@@ -72,6 +72,13 @@ module Weft
       # app's statements, against ~0.07 µs per literal).
       ADVISORY_LOCK = /advisory_lock/i
       SET_CONFIG = /set_config/i
+      # A call of set_config whose `is_local` is written `true`: a setting of the transaction
+      # under way. Its first two arguments may be string constants, parameters or plain words;
+      # anything else it cannot read (a comment or a nested call among the arguments, a
+      # parameter for `is_local`) counts as `false`, a change of the session.
+      SET_CONFIG_LOCAL = /
+        set_config"?\s*\(\s*(?:'(?:[^']|'')*'|[^,()'\/\-]+?)\s*,\s*(?:'(?:[^']|'')*'|[^,()'\/\-]+?)\s*,\s*true\s*\)
+      /ix
       # Temporary objects, made anywhere in a statement: CREATE TEMP ... (after EXPLAIN
       # ANALYZE, in a DO block too), SELECT ... INTO TEMP, and anything named in the session's
       # own schema, pg_temp. Looked for only in a text that has TEMP in it (a literal search).
@@ -120,10 +127,10 @@ module Weft
       # What a statement is to the transaction and the session it runs in, for Pool#query,
       # which sends one statement: one that opens a transaction (:start), one that sets the
       # transaction under way (:setting: SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, or
-      # set_config anywhere in it, whose `is_local` argument the text may not show), one that
-      # ends it (:end: COMMIT, ROLLBACK and the like, TRANSACTION_END), one that leaves state in
-      # the session (:session, #session_state?: SET, LISTEN, COPY, a session advisory lock, a
-      # temporary table...), or none of these (nil). Remembered for frozen texts, so that the
+      # set_config(..., true)), one that ends it (:end: COMMIT, ROLLBACK and the like,
+      # TRANSACTION_END), one that leaves state in the session (:session, #session_state?: SET,
+      # LISTEN, COPY, a session advisory lock, a temporary table..., and a set_config whose
+      # `is_local` is not written `true`: SET_CONFIG_LOCAL), or none of these (nil). Remembered for frozen texts, so that the
       # usual answer costs a look-up.
       # @param sql [String]
       # @return [Symbol, nil] :start, :setting, :end, :session or nil
@@ -146,12 +153,25 @@ module Weft
           else :setting
           end
         elsif SET_CONFIG.match?(sql)
-          :setting
-        elsif session_state?(sql)
+          local_set_config?(sql) ? :setting : :session
+        elsif session_change?(sql)
           :session
         end
       end
       private_class_method :role_of
+
+      # Whether each set_config in the text sets the transaction's value only (SET_CONFIG_LOCAL):
+      # `set_config(..., false)`, or an `is_local` the text does not show, changes the session.
+      def local_set_config?(sql)
+        sql.scan(SET_CONFIG).size == sql.scan(SET_CONFIG_LOCAL).size
+      end
+      private_class_method :local_set_config?
+
+      # @param sql [String]
+      # @return [Boolean] whether the statement ends the transaction under way (TRANSACTION_END)
+      def transaction_end?(sql)
+        TRANSACTION_END.match?(sql)
+      end
 
       # @param sql [String]
       # @return [Boolean] whether the text is one statement that reads or writes rows, which
@@ -167,9 +187,15 @@ module Weft
       # @param sql [String]
       # @return [Boolean] whether the statement (or one of several) leaves state in the session
       def session_state?(sql)
-        (sql.include?(";") ? SESSION_COMMAND : FIRST_SESSION_COMMAND).match?(sql) || ADVISORY_LOCK.match?(sql) ||
-          SET_CONFIG.match?(sql) || (TEMP.match?(sql) && TEMP_OBJECT.match?(sql))
+        SET_CONFIG.match?(sql) || session_change?(sql)
       end
+
+      # #session_state? but for set_config, which #role_of has looked for already.
+      def session_change?(sql)
+        (sql.include?(";") ? SESSION_COMMAND : FIRST_SESSION_COMMAND).match?(sql) || ADVISORY_LOCK.match?(sql) ||
+          (TEMP.match?(sql) && TEMP_OBJECT.match?(sql))
+      end
+      private_class_method :session_change?
     end
   end
 end

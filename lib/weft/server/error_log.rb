@@ -35,8 +35,9 @@ module Weft
       # Logs `error` in full, or counts it when it repeats one logged in full recently.
       # @param context [String] what failed, e.g. "GET /path": escaped (LogText), since the path
       #   is the client's (or whatever the app left in PATH_INFO), and a line break in it would
-      #   forge a log line. The error's message and backtrace are written as they are (they are
-      #   the app's, and span lines by design).
+      #   forge a log line. The error's message may quote a client's bytes too (an id, a
+      #   header): its line breaks become continuation lines and its control bytes are escaped
+      #   (LogText.escape_message). The backtrace is written as it is (the app's own paths).
       def report(context, error)
         context = LogText.escape(context)
         backtrace = error.backtrace || []
@@ -49,7 +50,7 @@ module Weft
         else
           @entries.shift if @entries.size >= MAX_ERRORS
           @entries[key] = Entry.new(0, Timers.now, nil)
-          logger.error(["#{context}: #{error.class}: #{error.message}", *backtrace].join("\n\t"))
+          logger.error(["#{context}: #{error.class}: #{LogText.escape_message(error.message)}", *backtrace].join("\n\t"))
         end
       end
 
@@ -102,7 +103,7 @@ module Weft
       end
 
       def first_line(text)
-        text.to_s.lines.first.to_s.chomp
+        LogText.escape_message(text.to_s.lines.first.to_s.chomp)
       end
     end
   end

@@ -4,6 +4,7 @@ require "rack"
 require "tempfile"
 require_relative "response_writer"
 require_relative "empty_input"
+require_relative "log_text"
 
 module Weft
   class Server
@@ -213,7 +214,8 @@ module Weft
         if error.is_a?(DeadlineExceeded)
           # The request's own deadline (or one the app set and let escape): the app gave up in
           # time, which is what the deadline is for; the client learns it was not served.
-          Weft.logger.warn("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}: #{error.message}; answered 503")
+          Weft.logger.warn("#{LogText.escape("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}")}: " \
+                           "#{LogText.escape_message(error.message)}; answered 503")
           deadline_exceeded
         else
           log_error("#{env['REQUEST_METHOD']} #{env['PATH_INFO']}", error)

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "log_text"
+
 module Weft
   class Server
     # Finds requests that hold the reactor: code that computes (or blocks the thread) without
@@ -96,12 +98,14 @@ module Weft
         Weft.logger.error("stall detector stopped: #{e.class}: #{e.message}")
       end
 
-      # @return [String] the request the reactor thread is running, as "METHOD /path"
+      # @return [String] the request the reactor thread is running, as "METHOD /path", escaped
+      #   (LogText: the path and query are the client's, or what the app left in them)
       def current_request
         env = @reactor[REQUEST]&.env
         return "no request (server or background task)" unless env
         query = env["QUERY_STRING"]
-        "#{env['REQUEST_METHOD']} #{env['SCRIPT_NAME']}#{env['PATH_INFO']}#{"?#{query}" unless query.nil? || query.empty?}"
+        LogText.escape("#{env['REQUEST_METHOD']} #{env['SCRIPT_NAME']}#{env['PATH_INFO']}" \
+                       "#{"?#{query}" unless query.nil? || query.empty?}")
       end
 
       def report(stall, duration, suffix)

@@ -70,7 +70,8 @@ module Ringpool
     end
 
     def show_pool(id)
-      body = pool_json(id)
+      # Ten digits reach past PostgreSQL's integer: no pool has such an id.
+      body = pool_json(id) if id <= Validation::MAX_POOL_ID
       body ? json(200, body) : error(404, "not_found", "no ring pool #{id}")
     end
 
@@ -90,9 +91,16 @@ module Ringpool
     end
 
     def attribution(env)
-      query = Rack::Utils.parse_query(env["QUERY_STRING"].to_s)
+      query = begin
+        Rack::Utils.parse_query(env["QUERY_STRING"].to_s)
+      rescue Rack::Utils::InvalidParameterError => e
+        raise Validation::Invalid.new(400, "malformed_query", "the query string cannot be decoded: #{e.message[0, 100]}")
+      end
       number = query["number"]
-      raise Validation::Invalid.new(422, "invalid_number", "number must be E.164, e.g. +14155550123") unless E164.valid?(number)
+      unless E164.valid?(number)
+        # A bare + in a query string reads as a space: the commonest way to get this wrong.
+        raise Validation::Invalid.new(422, "invalid_number", "number must be E.164, e.g. +14155550123, written %2B14155550123 in a query string")
+      end
       at = query["at"] ? Clock.parse(query["at"]) : Clock.now
       raise Validation::Invalid.new(422, "invalid_at", "at must be an ISO 8601 time with a zone") unless at
       found = @shard.store.attribution(number, at)

@@ -37,12 +37,21 @@ module Ringpool
     end
     private_class_method :second_prefix
 
+    # The instants #parse accepts: years 1 to 9999 in UTC, which #iso8601 writes in four digits
+    # and PostgreSQL reads (it has no year 0, and "0000-01-01" was an error from the database).
+    PARSE_RANGE = ((Time.utc(1).to_r * 1_000_000).to_i...(Time.utc(10_000).to_r * 1_000_000).to_i)
+
     # @param text [String] an ISO 8601 / RFC 3339 timestamp with a zone
-    # @return [Integer, nil] microseconds since the epoch, nil when `text` is not one
+    # @return [Integer, nil] microseconds since the epoch, nil when `text` is not one, or falls
+    #   outside PARSE_RANGE
     def self.parse(text)
-      return nil unless text.is_a?(String) && text.match?(/\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:?\d\d)\z/)
+      return nil unless text.is_a?(String) && text.valid_encoding?
+      match = /\A(\d{4})-(\d\d)-(\d\d)T\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:?\d\d)\z/.match(text) or return nil
+      # Time.iso8601 rolls a day the month does not have over into the next ("02-30" is 03-01).
+      return nil unless Date.valid_date?(Integer(match[1], 10), Integer(match[2], 10), Integer(match[3], 10))
       time = Time.iso8601(text)
-      (time.to_r * 1_000_000).floor
+      microseconds = (time.to_r * 1_000_000).floor
+      microseconds if PARSE_RANGE.cover?(microseconds)
     rescue ArgumentError
       nil
     end

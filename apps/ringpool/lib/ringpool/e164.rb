@@ -7,9 +7,10 @@ module Ringpool
   module E164
     FORMAT = /\A\+[1-9][0-9]{1,14}\z/
 
-    # @return [Boolean] whether `value` is a String in E.164 form
+    # @return [Boolean] whether `value` is a String in E.164 form (one of invalid UTF-8, say from a
+    #   query string's percent-encoding, is not: matching it would raise)
     def self.valid?(value)
-      value.is_a?(String) && FORMAT.match?(value)
+      value.is_a?(String) && value.valid_encoding? && FORMAT.match?(value)
     end
   end
 end

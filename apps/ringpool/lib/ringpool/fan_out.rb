@@ -50,11 +50,21 @@ module Ringpool
     # A peer's answer that cannot be used: it counts as a failure of the peer.
     class BadAnswer < StandardError; end
 
+    # The most of a call's body a peer reads (PeerAPI); a batch grows to it, never past it (a
+    # peer cut a 6 MB one short and refused it, failing every item of every request in it).
+    MAX_BODY = 4_608 * 1_024
+    # A body's bytes beyond its items' params: `{"items":[` and `]}`; and each item's own:
+    # brackets, comma and a pool id of up to 10 digits.
+    ENVELOPE_BYTES = 16
+    ITEM_BYTES = 14
+
     # The items of the requests that go to one peer in one call, the promise of their results
-    # (in the same order), and the latest monotonic time a request in it waits until.
-    Batch = Struct.new(:items, :promise, :deadline)
-    # A peer's batching: the batch gathering items, calls running, and whether one is starting.
-    PeerQueue = Struct.new(:open, :running, :starting)
+    # (in the same order), the latest monotonic time a request in it waits until, and the bytes
+    # its items take in the call's body.
+    Batch = Struct.new(:items, :promise, :deadline, :bytes)
+    # A peer's batching: the batches waiting for a call (the last one gathering items), calls
+    # running, and whether one is starting.
+    PeerQueue = Struct.new(:batches, :running, :starting)
     # One request's share of a batch: where its items start, and until when it waits.
     Ticket = Struct.new(:items, :batch, :offset, :deadline)
 
@@ -167,10 +177,18 @@ module Ringpool
     end
 
     def enqueue(url, items, deadline)
-      queue = (@queues[url] ||= PeerQueue.new(nil, 0, false))
-      batch = (queue.open ||= Batch.new([], Weft::Promise.new, deadline))
+      queue = (@queues[url] ||= PeerQueue.new([], 0, false))
+      bytes = items.sum { |item| item.params.bytesize + ITEM_BYTES }
+      batch = queue.batches.last
+      # A request's items alone always fit (the public body limit is the peer's); others go to a
+      # batch of their own rather than past what the peer reads.
+      if batch.nil? || (!batch.items.empty? && batch.bytes + bytes > MAX_BODY - ENVELOPE_BYTES)
+        batch = Batch.new([], Weft::Promise.new, deadline, 0)
+        queue.batches << batch
+      end
       offset = batch.items.size
       batch.items.concat(items)
+      batch.bytes += bytes
       batch.deadline = deadline if deadline > batch.deadline
       if queue.running < CALLS_IN_FLIGHT && !queue.starting
         queue.running += 1
@@ -180,11 +198,11 @@ module Ringpool
       Ticket.new(items, batch, offset, deadline)
     end
 
-    # Calls the peer with the open batch, then the one that gathered meanwhile, until none is left.
+    # Calls the peer with the open batches, oldest first, and those that gathered meanwhile,
+    # until none is left.
     def flush(url, queue)
       queue.starting = false
-      while (batch = queue.open)
-        queue.open = nil
+      while (batch = queue.batches.shift)
         send_batch(url, batch)
       end
     ensure

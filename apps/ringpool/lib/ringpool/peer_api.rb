@@ -26,6 +26,8 @@ module Ringpool
   class PeerAPI
     HEADERS = { "content-type" => "application/json" }.freeze
     DEADLINE_ENV = "HTTP_#{FanOut::DEADLINE_HEADER.upcase.tr('-', '_')}"
+    # The most of a body read: FanOut's batches stay within it.
+    MAX_BODY = FanOut::MAX_BODY
 
     # @param shard [Shard]
     def initialize(shard)
@@ -43,7 +45,7 @@ module Ringpool
       unless env["REQUEST_METHOD"] == "POST" && env["PATH_INFO"] == FanOut::PATH
         return [404, HEADERS.dup, ['{"error":"not_found"}']]
       end
-      document = Validation.parse_json(env["rack.input"].read(API::MAX_ALLOCATIONS_BODY + 1).to_s)
+      document = Validation.parse_json(env["rack.input"].read(MAX_BODY + 1).to_s)
       items = document.is_a?(Hash) && document["items"]
       raise Validation::Invalid.new(422, "invalid_request", '"items" must be an array') unless items.is_a?(Array)
       entries = items.map { |item| Validation.peer_item(item) }

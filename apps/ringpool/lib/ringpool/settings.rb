@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "digest"
+require "fileutils"
 require "tmpdir"
 require "weft/resilience"
 
@@ -102,10 +103,27 @@ module Ringpool
     end
 
     # Where the shards keep their catalog snapshot (Catalog): in the socket folder, named after
-    # the database URL, so that shards of another database sharing the folder keep theirs apart.
+    # the database URL, so that shards of another database sharing the folder keep theirs apart;
+    # after the URL less its password, because anyone who may list the folder reads the name,
+    # and a hash of a password is a dictionary attack away from it.
     # @return [String]
     def catalog_snapshot
-      File.join(@socket_dir, "catalog-#{Digest::SHA256.hexdigest(@database_url)[0, 16]}.json")
+      File.join(@socket_dir, "catalog-#{Digest::SHA256.hexdigest(database_without_password)[0, 16]}.json")
+    end
+
+    # Makes the socket folder if needed (for this user alone) and checks that nobody else may
+    # write to it: the default is under /tmp, where another user could have made it first, then
+    # put a socket of theirs in a shard's place (reading and answering its peers' calls) or
+    # written the catalog snapshot. A folder of this user's or root's that others cannot write
+    # to is accepted.
+    # @return [String] the folder
+    # @raise [ArgumentError] naming RINGPOOL_SOCKET_DIR when the folder is not safe
+    def prepare_socket_dir
+      FileUtils.mkdir_p(@socket_dir, mode: 0o700)
+      stat = File.stat(@socket_dir)
+      return @socket_dir if (stat.owned? || stat.uid.zero?) && !stat.world_writable?
+      raise ArgumentError, "RINGPOOL_SOCKET_DIR #{@socket_dir} must belong to this user (or root) and not be writable " \
+                           "by others (owner uid #{stat.uid}, mode #{format('%o', stat.mode & 0o7777)})"
     end
 
     # What the peer listener of the shard at `url` binds (a Weft server bind address).
@@ -116,6 +134,12 @@ module Ringpool
     end
 
     private
+
+    # The database URL, or key=value connection string, without its password.
+    def database_without_password
+      @database_url.sub(%r{\A([a-z][a-z0-9+.-]*://[^:@/]*):[^@/]*@}i, '\\1@')
+                   .gsub(/\bpassword\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s&]*)/i, "password=")
+    end
 
     def parse_address(text)
       host, port = text.to_s.match(/\A\[?([^\[\]]+?)\]?:(\d+)\z/)&.captures

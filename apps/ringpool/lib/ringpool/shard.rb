@@ -43,17 +43,20 @@ module Ringpool
       API.new(self)
     end
 
-    # Serves as shard `url` until cancelled: binds the peer listener (a second Weft::Server in
-    # this reactor, on this shard's unix socket), then migrates the schema, ticks ownership and
-    # writes overflow counters every ownership interval. On the way out the peer listener stops
+    # Serves as shard `url` until cancelled: checks the socket folder
+    # (Settings#prepare_socket_dir), binds the peer listener (a second Weft::Server in this
+    # reactor, on this shard's unix socket), then migrates the schema, ticks ownership and writes
+    # overflow counters every ownership interval. On the way out the peer listener stops
     # gracefully and the lock session closes, so the other shards take the pools over at once.
     # @param url [String] "unix:///path/shard-N.sock", or "http://host:port" (Settings#shard_url)
     # @return [void]
+    # @raise [ArgumentError] when others may write to the socket folder
     def run(url)
       @url = url
       @ownership = Ownership.new(url: url, database_url: @settings.database_url, store: @store, catalog: @catalog,
                                  allocator: @allocator, interval: @settings.ownership_interval,
                                  on_shards: @fan_out.method(:shards_seen))
+      @settings.prepare_socket_dir
       FileUtils.mkdir_p(File.dirname(URI.parse(url).path)) if url.start_with?("unix:")
       @catalog.load_snapshot
       peer = Weft::Server.new(PeerAPI.new(self), binds: [Settings.peer_bind(url)], shutdown_timeout: 5)

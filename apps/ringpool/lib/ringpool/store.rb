@@ -10,16 +10,24 @@ module Ringpool
   # requests issue at once share connections in pipeline mode, so one shard needs few
   # connections however many requests it has in flight.
   class Store
-    # Some of the numbers of a new pool already belong to another pool.
+    # Some of the numbers of a new pool already belong to another pool or are another pool's
+    # overflow number, or its overflow number is another pool's tracked number.
     class NumbersTaken < StandardError
       # @return [Array<String>]
       attr_reader :numbers
 
-      def initialize(numbers)
+      # @param numbers [Array<String>] the numbers in the way
+      # @param what [String] why they are
+      def initialize(numbers, what = "numbers already in a ring pool")
         @numbers = numbers
-        super("numbers already in a ring pool: #{numbers.join(', ')}")
+        super("#{what}: #{numbers.join(', ')}")
       end
     end
+
+    # The advisory lock key (two int4s) that makes pool creations take turns: each checks that
+    # its numbers are no pool's overflow number and its overflow number no pool's tracked
+    # number, which no unique constraint says, so two at once could each miss the other.
+    CREATE_POOL_LOCK = [0x52494E47, 1].freeze
 
     # The end of a number's latest lockout, in microseconds since the epoch (0 if never handed out).
     LATEST_LOCKOUT_END = <<~SQL
@@ -47,14 +55,23 @@ module Ringpool
     # @return [Weft::Postgres::Pool]
     attr_reader :db
 
-    # Creates a pool and its numbers in one transaction.
+    # Creates a pool and its numbers in one transaction. A number is tracked in one pool or is
+    # an overflow number, never both: an overflow number handed out during another pool's
+    # lockout of it would have its calls attributed to that pool's allocation.
     # @return [RingPool]
-    # @raise [NumbersTaken] when a number is in another pool already
+    # @raise [NumbersTaken] when a number is in another pool already or is another pool's
+    #   overflow number, or the overflow number is another pool's tracked number
     def create_pool(name:, numbers:, overflow_number:, lockout_seconds:)
       @db.transaction do |conn|
+        conn.exec_params("select pg_advisory_xact_lock($1, $2)", CREATE_POOL_LOCK)
         taken = conn.exec_params("select number from numbers where number = any($1::text[]) order by number",
                                  [text_array(numbers)]).column_values(0)
         raise NumbersTaken, taken unless taken.empty?
+        overflows = conn.exec_params("select distinct overflow_number from ring_pools where overflow_number = any($1::text[]) order by 1",
+                                     [text_array(numbers)]).column_values(0)
+        raise NumbersTaken.new(overflows, "numbers that are a ring pool's overflow number") unless overflows.empty?
+        tracked = conn.exec_params("select number from numbers where number = $1", [overflow_number]).column_values(0)
+        raise NumbersTaken.new(tracked, "an overflow number that a ring pool tracks") unless tracked.empty?
         row = conn.exec_params(<<~SQL, [name, overflow_number, lockout_seconds]).first
           insert into ring_pools (name, overflow_number, lockout_seconds) values ($1, $2, $3)
           returning id, overflow_number, lockout_seconds

@@ -98,9 +98,11 @@ module Ringpool
       return ["params_too_large", "at most #{MAX_PARAMS} params"] if params.size > MAX_PARAMS
       params.each do |key, value|
         return ["invalid_params", "param names have 1 to #{MAX_KEY_LENGTH} characters"] unless key.length.between?(1, MAX_KEY_LENGTH)
+        return ["invalid_params", "param names must be valid UTF-8 without NUL"] unless storable?(key)
         case value
         when String
           return ["params_too_large", "param #{key[0, 40].inspect} is longer than #{MAX_VALUE_LENGTH} characters"] if value.length > MAX_VALUE_LENGTH
+          return ["invalid_params", "param #{key[0, 40].inspect} must be valid UTF-8 without NUL"] unless storable?(value)
         when Integer, true, false, nil then next
         when Float
           next if value.finite?
@@ -112,6 +114,16 @@ module Ringpool
       text = JSON.generate(params)
       return ["params_too_large", "params take more than #{MAX_PARAMS_BYTES} bytes"] if text.bytesize > MAX_PARAMS_BYTES
       text
+    end
+
+    # Whether PostgreSQL can store a string (as text or in jsonb): valid UTF-8 without NUL. JSON
+    # carries both kinds of string PostgreSQL refuses: "\u0000", and a lone surrogate such as
+    # "\udc00", which Ruby's parser turns into invalid UTF-8. One such param failed the INSERT of
+    # its whole group (GroupCommit), every request in it answered storage_unavailable.
+    # @param text [String]
+    # @return [Boolean]
+    def storable?(text)
+      text.valid_encoding? && !text.include?("\0")
     end
 
     # `{"numbers": [E.164, ...], "overflow_number": E.164, "lockout_seconds": N, "name": "..."}`
@@ -136,8 +148,8 @@ module Ringpool
         raise Invalid.new(422, "invalid_lockout_seconds", "\"lockout_seconds\" must be an integer from 1 to #{MAX_LOCKOUT}")
       end
       name = document.fetch("name", "")
-      unless name.is_a?(String) && name.length <= MAX_NAME_LENGTH
-        raise Invalid.new(422, "invalid_name", "\"name\" must be a string of at most #{MAX_NAME_LENGTH} characters")
+      unless name.is_a?(String) && name.length <= MAX_NAME_LENGTH && storable?(name)
+        raise Invalid.new(422, "invalid_name", "\"name\" must be a string of at most #{MAX_NAME_LENGTH} characters, valid UTF-8 without NUL")
       end
       { name: name, numbers: numbers, overflow_number: overflow, lockout_seconds: lockout }
     end

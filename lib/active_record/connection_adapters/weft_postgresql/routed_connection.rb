@@ -61,7 +61,7 @@ module ActiveRecord
           if @lease || StatementScope.transaction_statement?(sql) || StatementScope.session_state?(sql)
             typed(on_lease(sql) { |lease| lease.exec_params(sql, params) })
           else
-            typed(@database.pool.query(sql, *params))
+            typed(@database.pool.query_stateless(sql, params))
           end
         end
 
@@ -76,7 +76,7 @@ module ActiveRecord
           if @lease || !StatementScope.single_data_statement?(sql) || StatementScope.session_state?(sql)
             typed(on_lease(sql) { |lease| lease.async_exec(sql) })
           else
-            typed(@database.pool.query(sql))
+            typed(@database.pool.query_stateless(sql))
           end
         end
         alias exec async_exec
