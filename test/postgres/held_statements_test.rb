@@ -77,6 +77,22 @@ class PostgresHeldStatementsTest < Minitest::Test
     end
   end
 
+  def test_the_option_off_names_nothing_on_held_connections
+    db = pool(limit: 1, prepared_statements: false)
+    reactor do
+      db.transaction do |conn|
+        3.times { |i| db.query(INSERT, i) }
+        assert_empty ours(conn)
+      end
+      lease = db.lease
+      lease.async_exec("BEGIN")
+      3.times { |i| lease.exec_params(INSERT, [i]) }
+      assert_empty ours(lease.raw)
+      lease.async_exec("COMMIT")
+      lease.release
+    end
+  end
+
   # PostgreSQL keeps a statement prepared in a transaction or a savepoint that is rolled back
   # (and does not undo a DEALLOCATE): the table keeps them, and they work afterwards.
   def test_statements_prepared_in_what_rolls_back_stay_prepared

@@ -143,8 +143,9 @@ module Weft
       #   the libpq conninfo string (target plus the options above), returns an open
       #   PG::Connection, which may be of a subclass (a library's own connection class, as
       #   Sequel's adapter has)
-      # @param prepared_statements [Integer, Boolean] #query prepares the texts it sees again on
-      #   each connection, keeping this many named statements per connection at most (true:
+      # @param prepared_statements [Integer, Boolean] #query (and Lease#exec_params) prepares the
+      #   texts it sees again on each connection, inside transactions on a held connection too,
+      #   keeping this many named statements per connection at most (true:
       #   PreparedStatements::DEFAULT_LIMIT); false (or 0) sends every statement unnamed, as
       #   PgBouncer in transaction pooling before 1.21 needs (see docs/postgres.md, "Prepared
       #   statements")
