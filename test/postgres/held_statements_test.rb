@@ -189,7 +189,10 @@ class PostgresHeldStatementsTest < Minitest::Test
       2.times { |i| lease.exec_params(INSERT, [i]) }
       name = ours(lease.raw).keys.first
       lease.async_exec("COMMIT")
-      lease.async_exec("DEALLOCATE #{name}") # one of the pool's names, by the holder
+      quoted = %(DEALLOCATE "#{name.upcase}") # quoted: a name of its own, not the pool's
+      assert_raises(PG::InvalidSqlStatementName) { lease.async_exec(quoted) }
+      assert_equal 1, db.statistics[:prepared]
+      lease.async_exec("DEALLOCATE #{name.upcase}") # one of the pool's names (folded), by the holder
       assert_equal 0, db.statistics[:prepared]
       lease.async_exec("BEGIN")
       2.times { |i| lease.exec_params(INSERT, [i]) }

@@ -107,7 +107,7 @@ module Weft
       # statement of a text (Ruby's named groups only: a pattern with named groups captures
       # no other).
       DEALLOCATION = /#{StatementScope::STATEMENT_START}(?:discard\s+(?<all>all)\b|
-                      deallocate\s+(?:prepare\s+)?(?:(?<all>all)\b|"(?<name>(?:[^"]|"")*)"|(?<name>[^\s;]+)))/ix
+                      deallocate\s+(?:prepare\s+)?(?:(?<all>all)\b|"(?<quoted>(?:[^"]|"")*)"|(?<name>[^\s;]+)))/ix
 
       # Errors of a Parse that say nothing against its text: a cancel request (meant for
       # another statement, maybe), a transaction block failed before, a name taken.
@@ -368,7 +368,8 @@ module Weft
             clear
             return
           end
-          name = match[:name].downcase.gsub('""', '"')
+          # PostgreSQL folds an unquoted name to lower case, and keeps a quoted one as written.
+          name = match[:quoted]&.gsub('""', '"') || match[:name].downcase
           found = @table.each_value.find { |value| value.is_a?(Statement) && value.name == name }
           drop(found, SEEN) if found
         end
