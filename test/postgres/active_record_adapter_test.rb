@@ -555,6 +555,32 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 0, shared_pool.statistics[:prepared]
   end
 
+  # Writes inside transactions (most of ActiveRecord's) are named on the leased connection the
+  # second time their text runs there, as the shared pool's statements are; a schema change
+  # between them fails none (an INSERT's RETURNING "id" keeps its type; a whole-row SELECT,
+  # `weft_entries".*`, goes unnamed inside a transaction).
+  def test_writes_inside_transactions_are_prepared_on_the_leased_connection
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1))
+    write = lambda do |round|
+      Weft.run do
+        Entry.transaction do
+          entry = Entry.create!(fiber: round, tag: "t#{round}")
+          entry.update!(tag: "u#{round}")
+          Entry.lock.find(entry.id).tag
+        end
+      end
+    end
+    assert_equal %w[u0 u1 u2], Array.new(3) { |round| write.call(round) }
+    texts = Weft.run { shared_pool.with { |conn| conn.exec("select statement from pg_prepared_statements").column_values(0) } }
+    assert_equal 1, texts.grep(/\AINSERT INTO "weft_entries"/).size, texts.inspect
+    assert_equal 1, texts.grep(/\AUPDATE "weft_entries"/).size, texts.inspect
+    assert_empty texts.grep(/FOR UPDATE/), "a whole-row SELECT was named inside a transaction"
+    ActiveRecord::Base.connection_pool.with_connection { |conn| conn.add_column(:weft_entries, :extra, :integer) }
+    Entry.reset_column_information
+    assert_equal %w[u3 u4], Array.new(2) { |round| write.call(round + 3) }
+    assert_equal 5, Entry.count
+  end
+
   def test_migrations_schema_cache_explain_and_load_async
     verbose = ActiveRecord::Migration.verbose
     ActiveRecord::Migration.verbose = false

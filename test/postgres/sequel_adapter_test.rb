@@ -233,6 +233,26 @@ class PostgresSequelAdapterTest < Minitest::Test
     assert_equal text, statement.prepare(:first, :sq_by_id).call(id: id)[:s] # prepared, on one connection
   end
 
+  # Bound variables inside a transaction run on the held connection as the Weft pool's named
+  # statements, prepared the second time (Sequel's own prepared statements keep their names).
+  def test_bound_variables_inside_a_transaction_are_the_pools_named_statements
+    db = sequel(limit: 1)
+    db.create_table!(:sq_bound) do
+      primary_key :id
+      Integer :n
+    end
+    insert = db[:sq_bound].prepare(:insert, :sq_insert, n: :$n)
+    lookup = db[:sq_bound].where(n: :$n).select(:id)
+    texts = db.transaction do
+      3.times { |n| insert.call(n: n) }
+      3.times { |n| assert_equal n + 1, lookup.call(:first, n: n)[:id] }
+      db.synchronize { |conn| conn.exec("select statement from pg_prepared_statements").column_values(0) }
+    end
+    assert_equal 1, texts.count { |text| text.start_with?("SELECT \"id\" FROM \"sq_bound\"") }, texts.inspect
+    assert_equal 1, texts.count { |text| text.start_with?("INSERT INTO \"sq_bound\"") }, texts.inspect # Sequel's sq_insert
+    assert_equal 1, db.weft_pool.statistics[:prepared]
+  end
+
   def test_every_connection_gets_the_per_connection_setup
     opened = Queue.new
     db = sequel(limit: 3, search_path: %w[sq_schema public], connect_sqls: ["set statement_timeout = 4321"],

@@ -31,8 +31,10 @@ module ActiveRecord
     #   statements here go to whichever connection is free. ActiveRecord sends a statement with
     #   its binds as parameters (`$1`...), unnamed, and the pool prepares each text it sees
     #   again on each of its connections (Weft::Postgres::PreparedStatements; `statement_limit:`
-    #   bounds them per connection). Inside a transaction statements go unnamed. Off, values are
-    #   written into the SQL, as with `postgresql`, and the pool prepares nothing.
+    #   bounds them per connection), inside transactions too, on the connection the transaction
+    #   holds (but a whole-row SELECT, `"posts".*`, whose named statement a schema change would
+    #   fail there). Off, values are written into the SQL, as with `postgresql`, and the pool
+    #   prepares nothing.
     # - Session settings (encoding, min_messages, schema_search_path, variables, standard
     #   strings, intervalstyle, time zone) are applied to every pool connection as it opens
     #   (WeftPostgreSQL::SessionSetup), not per adapter.

@@ -31,8 +31,12 @@ module Sequel
       # Runs a statement. Outside DB.synchronize and DB.transaction, one statement that reads or
       # writes rows, and leaves nothing in the session, goes through the Weft pool's #query, on whichever connection the pool picks
       # (a set_config in a pipeline segment of its own, so that it holds for no other fiber's
-      # statements: see Weft::Postgres::Pool#query). Inside them, for prepared statements (which
-      # live on one connection), and for any other SQL, it runs as the postgres adapter runs it,
+      # statements: see Weft::Postgres::Pool#query). Inside them such a statement with bound
+      # variables goes through #query too, which runs it on the connection the fiber holds, as
+      # the pool's named prepared statement the second time its text runs there (see
+      # Weft::Postgres::PreparedStatements; Sequel's literal SQL, whose values are in the text,
+      # would gain nothing). Sequel's own prepared statements (which live on one connection),
+      # and any other SQL, run as the postgres adapter runs them,
       # on a connection the fiber holds: the simple protocol takes several statements in one
       # string (the last one's result answers), commands such as VACUUM refuse the implicit
       # transaction of a pipeline's segment, and a change of the session (a session advisory
@@ -44,7 +48,7 @@ module Sequel
       # otherwise wait for the statement to end.
       # @see Sequel::Postgres::Database#execute
       def execute(sql, opts = OPTS, &block)
-        if !sql.is_a?(Symbol) && !pool.held_connection && shared_statement?(sql)
+        if !sql.is_a?(Symbol) && (!pool.held_connection || opts[:arguments]) && shared_statement?(sql)
           return check_database_errors { execute_shared(sql, opts[:arguments], &block) }
         end
 

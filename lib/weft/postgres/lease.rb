@@ -35,23 +35,42 @@ module Weft
       end
 
       # Runs a statement with parameters, as PG::Connection#exec_params does, answering sooner
-      # while connections are short (see Pool#await_answer).
+      # while connections are short (see Pool#await_answer). A text run on this connection
+      # before goes as the pool's named prepared statement, inside a transaction block too
+      # (Weft::Postgres::PreparedStatements#plain_statement says what may be named there),
+      # unless the pool prepares none.
       # @param sql [String] one statement
       # @param params [Array]
       # @return [PG::Result]
       # @raise [PG::Error] the statement's
       def exec_params(sql, params)
-        answer { |raw| raw.send_query_params(sql, params) }
+        statements = @connection.statements
+        statement = statements&.plain_statement(raw, sql, params)
+        if statement
+          begin
+            return answer { |raw| raw.send_query_prepared(statement.name, params) }
+          rescue PG::Error => e
+            raise unless statements.retry_unnamed?(statement, e, raw)
+          end
+        end
+        result = answer { |raw| raw.send_query_params(sql, params) }
+        statements&.forget_deallocated(sql)
+        result
       end
 
       # Runs SQL in the simple protocol (possibly several statements), as
       # PG::Connection#async_exec does, answering sooner while connections are short (see
-      # Pool#await_answer).
+      # Pool#await_answer). A DEALLOCATE or DISCARD ALL among them makes the pool forget the
+      # named statements it may have deallocated, even when a statement of the text failed
+      # (one before it may have run): a statement forgotten but kept costs server memory, one
+      # kept but gone would fail the holder's next transaction.
       # @param sql [String]
       # @return [PG::Result] the last statement's result
       # @raise [PG::Error] the first failing statement's
       def async_exec(sql)
         answer { |raw| raw.send_query(sql) }
+      ensure
+        @connection.statements&.forget_deallocated(sql)
       end
 
       # Gives the connection back. One left mid-statement or mid-transaction is made usable first

@@ -146,8 +146,9 @@ module Weft
       #   the libpq conninfo string (target plus the options above), returns an open
       #   PG::Connection, which may be of a subclass (a library's own connection class, as
       #   Sequel's adapter has)
-      # @param prepared_statements [Integer, Boolean] #query prepares the texts it sees again on
-      #   each connection, keeping this many named statements per connection at most (true:
+      # @param prepared_statements [Integer, Boolean] #query (and Lease#exec_params) prepares the
+      #   texts it sees again on each connection, inside transactions on a held connection too,
+      #   keeping this many named statements per connection at most (true:
       #   PreparedStatements::DEFAULT_LIMIT); false (or 0) sends every statement unnamed, as
       #   PgBouncer in transaction pooling before 1.21 needs (see docs/postgres.md, "Prepared
       #   statements")
@@ -880,23 +881,21 @@ module Weft
       end
 
       # The named statement a statement on a connection in plain mode held by the caller runs
-      # as (PreparedStatements#plain_statement), prepared now if need be; nil (unnamed) when
-      # the pool prepares none or a transaction block is open on the connection. Inside one, a
-      # named statement's failure (0A000 after a schema change, 26000 after a DEALLOCATE ALL)
-      # would abort the transaction, and sending the statement again unnamed could not hide
-      # it from the caller: statements there go unnamed.
+      # as (PreparedStatements#plain_statement: inside a transaction block too, where only what
+      # cannot fail for the cache's own reasons is named), prepared now if need be; nil
+      # (unnamed) when the pool prepares none.
       # @return [PreparedStatements::Statement, nil]
       def plain_statement(connection, sql, params)
-        statements = connection.statements
-        return nil unless statements && connection.raw.transaction_status == PG::PQTRANS_IDLE
-        statements.plain_statement(connection.raw, sql, params)
+        connection.statements&.plain_statement(connection.raw, sql, params)
       end
 
       # Runs a statement on a connection in plain mode held by the caller, as `statement`
-      # (#plain_statement) or unnamed.
+      # (#plain_statement) or unnamed (through the connection's PreparedStatements, which
+      # forgets what an unnamed DEALLOCATE or DISCARD ALL deallocated).
       def exec_plain(connection, statement, sql, params)
-        return connection.raw.exec_params(sql, params) unless statement
-        connection.statements.exec(connection.raw, statement, sql, params)
+        statements = connection.statements
+        return connection.raw.exec_params(sql, params) unless statements
+        statements.exec(connection.raw, statement, sql, params)
       end
 
       # The option of .new: false, nil or 0 for none, true for the default.

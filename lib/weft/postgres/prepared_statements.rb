@@ -87,18 +87,44 @@ module Weft
       PLAN_CHANGED = "0A000"
       # SQLSTATE query_canceled.
       CANCELED = "57014"
+      # SQLSTATE in_failed_sql_transaction: the transaction block had failed before, so the
+      # Parse was not run (the text may be fine).
+      IN_FAILED_TRANSACTION = "25P02"
+      # SQLSTATE duplicate_prepared_statement: the name was taken (a holder's own PREPARE of a
+      # name of this table's making); the text may be fine, and the next name is another.
+      NAME_TAKEN = "42P05"
+      # A `*` standing for a row's columns (`select *`, `t.*`, `returning *`; not `count(*)`
+      # nor a multiplication), looked for in a text whose quoted parts and comments are blanked
+      # out. It errs towards a match (`exists (select * ...`, `count( *)`): such a text goes
+      # unnamed inside transaction blocks for nothing, the cheap side to err on.
+      WHOLE_ROW = /(?:\A|[\s,.])\*\s*(?:[,;)]|from\b|\z)/i
+      # A text that starts with DEALLOCATE or DISCARD: what #forget_deallocated looks for first,
+      # anchored, so that it gives up at a text's first word (~0.1 µs; a search through the
+      # text for either word took ~1.3 µs on a Rails INSERT, 3.3 + YJIT). A text with a
+      # semicolon is searched with DEALLOCATION itself.
+      DEALLOCATING = /\A#{StatementScope::LEADING}(?:deallocate|discard)\b/i
+      # DISCARD ALL, DEALLOCATE [PREPARE] ALL and DEALLOCATE [PREPARE] name, at the start of any
+      # statement of a text (Ruby's named groups only: a pattern with named groups captures
+      # no other).
+      DEALLOCATION = /#{StatementScope::STATEMENT_START}(?:discard\s+(?<all>all)\b|
+                      deallocate\s+(?:prepare\s+)?(?:(?<all>all)\b|"(?<quoted>(?:[^"]|"")*)"|(?<name>[^\s;]+)))/ix
+
+      # Errors of a Parse that say nothing against its text: a cancel request (meant for
+      # another statement, maybe), a transaction block failed before, a name taken.
+      NOT_THE_TEXTS = [CANCELED, IN_FAILED_TRANSACTION, NAME_TAKEN].freeze
 
       # Marks a text seen once in the table (the next call prepares it).
       SEEN = :seen
       # Marks a text whose Parse failed: sent unnamed from then on (while remembered).
       REFUSED = :refused
-      private_constant :SEEN, :REFUSED
+      private_constant :SEEN, :REFUSED, :NOT_THE_TEXTS
 
       # One named statement: its name, the text it was prepared from (and its hash, the table's
       # key), whether its Parse came back (:pending until then; :ready; :gone once dropped),
       # the pipeline segment its Parse was sent in (a statement pending is used only in the
-      # same segment: had its Parse failed, a later segment's Bind would fail on its own) and
-      # CLOCK's bit.
+      # same segment: had its Parse failed, a later segment's Bind would fail on its own),
+      # CLOCK's bit, and whether the text's result columns follow a table's (#whole_row?: the
+      # statement is not used inside a transaction block).
       class Statement
         # @return [String]
         attr_reader :name
@@ -112,6 +138,8 @@ module Weft
         attr_reader :segment
         # @return [Boolean] used since the eviction last passed over it
         attr_accessor :used
+        # @return [Boolean] its result's columns follow a table's (`select *`, `returning *`)
+        attr_reader :whole_row
 
         def initialize(name, text, segment)
           @name = name
@@ -120,6 +148,7 @@ module Weft
           @segment = segment
           @state = :pending
           @used = false
+          @whole_row = PreparedStatements.whole_row?(text)
         end
       end
 
@@ -206,16 +235,17 @@ module Weft
       # `result`: ready when it succeeded (a named statement outlives a rollback of the
       # segment it was made in: it is not transactional), dropped otherwise. A text whose Parse
       # failed is sent unnamed from then on (so that its error is its caller's, as the unnamed
-      # statement's), unless a cancel request ended it (meant for another statement, maybe)
-      # or the Parse was skipped (an earlier statement of its segment failed), when the next
-      # call prepares it again.
+      # statement's), unless its error says nothing against the text (NOT_THE_TEXTS: a cancel
+      # request, meant for another statement maybe; a transaction block failed before; a name
+      # taken) or the Parse was skipped (an earlier statement of its segment failed), when the
+      # next call prepares it again.
       # @param status [Integer] the result's status
       # @param code [String, nil] its SQLSTATE
       def parsed(statement, status, code)
         if status == PG::PGRES_COMMAND_OK
           statement.state = :ready unless statement.state.equal?(:gone)
         else
-          drop(statement, status == PG::PGRES_FATAL_ERROR && code != CANCELED ? REFUSED : SEEN)
+          drop(statement, status == PG::PGRES_FATAL_ERROR && !NOT_THE_TEXTS.include?(code) ? REFUSED : SEEN)
         end
       end
 
@@ -262,23 +292,35 @@ module Weft
         @seen = 0
       end
 
-      # Plain mode (a connection of the caller's own, outside a transaction block): the named
-      # statement to run the statement as (#exec), as #lookup says, prepared with a round trip
-      # of its own if this is the text's second time (after the DEALLOCATEs of those evicted
-      # or dropped); nil: run it unnamed. Apart from #exec so that the caller can time the
-      # statement's own round trip (ServerTime takes one wait).
-      # @param raw [PG::Connection] in plain mode, idle
+      # Plain mode (a connection held by the caller: pinned by Pool#with, leased, or taken by
+      # Pool#query for one statement): the named statement to run the statement as (#exec), as
+      # #lookup says, prepared with a round trip of its own if this is the text's second time;
+      # nil: run it unnamed. Apart from #exec so that the caller can time the statement's own
+      # round trip (ServerTime takes one wait).
+      #
+      # Outside a transaction block, the DEALLOCATEs of statements evicted or dropped go first.
+      # Inside one (#in_transaction) a failure cannot be undone by sending the statement again,
+      # so that only what cannot fail for the cache's own reasons is named there. In a
+      # transaction block that failed already everything goes unnamed (and fails with 25P02, as
+      # it would have).
+      # @param raw [PG::Connection] in plain mode, not busy
       # @return [Statement, nil]
       def plain_statement(raw, sql, params)
-        deallocate_doomed(raw) unless @doomed.empty?
-        found = lookup(sql, params, nil, raw)
-        found.equal?(:prepare) ? prepare_plain(raw, sql) : found
+        case raw.transaction_status
+        when PG::PQTRANS_IDLE
+          deallocate_doomed(raw) unless @doomed.empty?
+          found = lookup(sql, params, nil, raw)
+          found.equal?(:prepare) ? prepare_plain(raw, sql) : found
+        when PG::PQTRANS_INTRANS
+          in_transaction(raw, sql, params)
+        end
       end
 
       # Plain mode: runs the statement as `statement` (#plain_statement), or unnamed when nil
-      # or when the named statement turns out gone (26000) or stale (0A000): outside a
-      # transaction block its failed Bind leaves nothing to roll back.
-      # @param raw [PG::Connection] in plain mode, idle
+      # or when the named statement turns out gone (26000) or stale (0A000) outside a
+      # transaction block, where its failed Bind leaves nothing to roll back. Inside one the
+      # failure aborted the transaction: it is the caller's (#retry_unnamed?).
+      # @param raw [PG::Connection] in plain mode, not busy
       # @param statement [Statement, nil]
       # @return [PG::Result]
       def exec(raw, statement, sql, params)
@@ -286,10 +328,62 @@ module Weft
           begin
             return raw.exec_prepared(statement.name, params)
           rescue PG::Error => e
-            raise unless invalidated?(statement, e.result)
+            raise unless retry_unnamed?(statement, e, raw)
           end
         end
-        raw.exec_params(sql, params)
+        result = raw.exec_params(sql, params)
+        forget_deallocated(sql)
+        result
+      end
+
+      # A named statement of a held connection failed with `error`: whether to send the
+      # statement again unnamed. Only when the failure was the cache's (#invalidated?: the
+      # statement is dropped then) and no transaction block was open, whose failure the caller
+      # sees whatever comes next. Inside one, a statement found missing (26000) means the
+      # session's statements were deallocated behind the table's back (a holder's own
+      # DEALLOCATE ALL or DISCARD ALL on the PG::Connection): the table forgets them all, so
+      # that it fails the holder once.
+      # @param error [PG::Error]
+      # @param raw [PG::Connection]
+      # @return [Boolean]
+      def retry_unnamed?(statement, error, raw)
+        return false unless invalidated?(statement, error.result)
+        return true if raw.transaction_status == PG::PQTRANS_IDLE
+        clear if error.result.error_field(PG::PG_DIAG_SQLSTATE) == NO_SUCH_STATEMENT
+        false
+      end
+
+      # Keeps the table true after a statement the holder ran unnamed on its connection
+      # (PreparedStatements#exec, Lease's), which may have deallocated some of the table's
+      # statements: DISCARD ALL and DEALLOCATE ALL forget them all, DEALLOCATE of one of this
+      # table's names forgets that one. (What the holder runs on the PG::Connection itself is
+      # out of sight: see #retry_unnamed?.)
+      # @param sql [String] a text that ran
+      # @return [void]
+      def forget_deallocated(sql)
+        return unless @count.positive? && (DEALLOCATING.match?(sql) || sql.include?(";"))
+        sql.scan(DEALLOCATION) do
+          match = Regexp.last_match
+          if match[:all]
+            clear
+            return
+          end
+          # PostgreSQL folds an unquoted name to lower case, and keeps a quoted one as written.
+          name = match[:quoted]&.gsub('""', '"') || match[:name].downcase
+          found = @table.each_value.find { |value| value.is_a?(Statement) && value.name == name }
+          drop(found, SEEN) if found
+        end
+      end
+
+      # Whether a text's result has columns that follow a table's definition (`select *`,
+      # `t.*`, `returning *`): a schema change (ALTER TABLE ... ADD COLUMN) changes what its
+      # named statement returns, and PostgreSQL refuses to run it then (0A000 "cached plan
+      # must not change result type"). Inside a transaction block that failure would abort
+      # the transaction; outside, the statement is sent again unnamed (#exec).
+      # @param sql [String]
+      # @return [Boolean]
+      def self.whole_row?(sql)
+        sql.include?("*") && WHOLE_ROW.match?(sql.gsub(StatementScope::QUOTED, " "))
       end
 
       private
@@ -403,23 +497,78 @@ module Weft
         true
       end
 
+      # Plain mode inside a transaction block (#plain_statement). A statement named there must
+      # not fail for the cache's own reasons, which would abort the caller's transaction: one
+      # whose result follows a table's columns (#whole_row?, 0A000 after a schema change) goes
+      # unnamed (prepared when it comes outside one). Prepared statements are not
+      # transactional (PostgreSQL keeps one made in a transaction or savepoint that rolls back,
+      # and a DEALLOCATE is not undone: checked on PostgreSQL 15), so what the table records
+      # here stays true whatever the transaction's end.
+      # @return [Statement, nil]
+      def in_transaction(raw, sql, params)
+        found = lookup(sql, params, nil, raw)
+        if found.equal?(:prepare)
+          PreparedStatements.whole_row?(sql) ? nil : prepare_in_transaction(raw, sql)
+        elsif found.nil? || !found.whole_row
+          found
+        end
+      end
+
+      # The Parse inside a transaction block, after the DEALLOCATEs of the statements its room
+      # was made from (each known to exist: deallocating a name that did not would abort the
+      # transaction; names doomed for other reasons wait for a moment outside a transaction
+      # block, #plain_statement). A failure here, the Parse's or a DEALLOCATE's, aborted the
+      # caller's transaction: it is raised to the caller (for a Parse, the error the unnamed
+      # statement would have had), and the table does not count the statement.
+      # @return [Statement, nil] nil when there is no room (every statement kept is pending)
+      def prepare_in_transaction(raw, sql)
+        kept = @doomed.size
+        statement = prepare(sql, nil) or return nil
+        evicted = @doomed.slice!(kept..)
+        prepare_round_trip(statement, refuse: false) do
+          evicted.each { |name| raw.exec("DEALLOCATE #{name}") }
+          raw.prepare(statement.name, sql)
+        end
+      rescue PG::Error => e
+        clear if e.result&.error_field(PG::PG_DIAG_SQLSTATE) == NO_SUCH_STATEMENT # an evicted one was gone
+        raise
+      end
+
       # Plain mode: the Parse in a round trip of its own. Interrupted, the statement may or may
       # not exist on the server: its name is deallocated before the next Parse.
       # @return [Statement, nil] nil when the Parse failed (the statement is sent unnamed)
       def prepare_plain(raw, sql)
         statement = prepare(sql, nil) or return nil
-        deallocate_doomed(raw) # room made for it
+        prepare_round_trip(statement) do
+          deallocate_doomed(raw) # room made for it
+          raw.prepare(statement.name, sql)
+        end
+      rescue PG::Error
+        raise if raw.status != PG::CONNECTION_OK
+        nil
+      end
+
+      # Runs the block, which sends `statement`'s Parse (and what goes before it), and records
+      # its outcome (#parsed); the block's PG::Error goes on. With `refuse: false` a failed
+      # Parse leaves its text to be prepared again on its next call rather than refused: inside
+      # a transaction block the error reaches the caller at once, with no unnamed statement
+      # sent after it, so trying again costs no extra round trip (and a text that failed
+      # because of the transaction, a table it dropped, is prepared once it works).
+      # Interrupted, the statement may or may not exist on the server: its name is deallocated
+      # before the next Parse outside a transaction block.
+      # @return [Statement]
+      def prepare_round_trip(statement, refuse: true)
         done = false
         begin
-          raw.prepare(statement.name, sql)
+          yield
           done = true
           parsed(statement, PG::PGRES_COMMAND_OK, nil)
           statement
         rescue PG::Error => e
           done = true
-          parsed(statement, PG::PGRES_FATAL_ERROR, e.result&.error_field(PG::PG_DIAG_SQLSTATE))
-          raise if raw.status != PG::CONNECTION_OK
-          nil
+          code = e.result&.error_field(PG::PG_DIAG_SQLSTATE)
+          refuse ? parsed(statement, PG::PGRES_FATAL_ERROR, code) : drop(statement, SEEN)
+          raise
         ensure
           unless done
             drop(statement)
