@@ -1,0 +1,193 @@
+# frozen_string_literal: true
+
+module Weft
+  class Pool
+    # An in-flight limit that follows what the resources reach (Weft::Pool's `adaptive:`): how
+    # many holders may hold a resource at once, between a floor and the pool's `limit`. Made
+    # for resources that stand for requests to a service (the HTTP client's connections), whose
+    # holds are that service's latency.
+    #
+    # A service that is at its capacity queues what it gets beyond it: its latency then grows
+    # in proportion to the requests in flight (Little's law), and a holder added adds only
+    # wait, there, where a caller that has given up still costs a request. So the limit keeps
+    # the mean latency within TOLERANCE times the baseline, the fastest hold seen: a request
+    # that met no queue. Each round of holds (at least ROUND) it takes their mean latency and
+    # the mean holders in flight while they lasted, and moves to the in-flight count at which,
+    # at the same rate of returns, the latency would be the allowed one (in flight x allowed /
+    # latency): down when the latency is above it (by half at most per round), up when below,
+    # by twice at most per round and only when the holders used at least half the limit (a
+    # limit nobody reaches says nothing about it). It starts at the pool's limit: a burst to a
+    # new service is not held back before there is anything to go by.
+    #
+    # A service whose latencies vary (a mix of requests, a slow query of its own now and then)
+    # also has a mean far above its fastest hold, and one that got slower on its own has a
+    # latency above its old baseline; neither is queueing, and neither latency falls when the
+    # in-flight count does. So a cut (of SMALLEST_CUT at least) is an experiment: the first round of holds that all began after it, with at least half the cut
+    # taken, checks that the latency fell by at least a quarter as much as the holders in flight
+    # did (by Little's law a queue's would fall as much, but the round that cut may have been
+    # the start of a burst, when the queue was still filling). If it did not, the latency is
+    # the service's own, or so says this experiment: the limit goes back to what it was before
+    # the cut. Two such verdicts in a row (a round that cut at the start of a burst can make one
+    # wrongly: its latency is low for its in-flight count) and from then on the baseline is
+    # the lowest round mean (starting with that round's), not the fastest hold, until an
+    # experiment finds queueing again.
+    #
+    # Holds that were discarded (the HTTP client's: a deadline or an error mid-request) are
+    # lower bounds: a caller that gave up at its deadline says the answer took at least that
+    # long, whatever the in-flight count. They count in a round's latency (without them a
+    # service so far behind that every caller gives up would show no latency at all), but a
+    # round of which more than a quarter were discarded only ever lowers the limit: it does not
+    # raise it (its latency is too low), and it ends an experiment, the cut standing. (The
+    # fastest hold is always one that was returned: a reset in a millisecond is not a fast
+    # answer.) Callers giving up at that
+    # rate are reason enough to send fewer, and the requests they gave up on are still in the
+    # service's queue (a server seldom notices a client gone before it answers), where they
+    # keep its latency up after the in-flight count fell: a check then would take queueing for
+    # the service's own slowness.
+    #
+    # Not thread-safe: the pool calls it under its lock. Floats only, nothing allocated per
+    # sample.
+    class AdaptiveLimit
+      # Holds per round at least: enough that one slow hold does not move the limit, few enough
+      # that the limit follows within a few dozen returns. A round lasts as many holds as were
+      # in flight together during any of them, if more: holds that began together end in the
+      # order of their latencies, and a round of the first few to end would be a round of the
+      # fastest (16 of a burst of 64 against a service taking 30-90 ms: half the mean).
+      ROUND = 16
+      # The mean latency allowed, as a multiple of the baseline: room for a service's own
+      # spread of latencies (a mean up to three times its fastest answer needs no experiment),
+      # and at a saturated one a queue of about twice as many requests as it serves at once.
+      TOLERANCE = 3.0
+      # The most a round lowers the limit: to this share of the holders it saw in flight.
+      LARGEST_CUT = 0.5
+      # The least a cut lowers the limit: to this share of the holders in flight. Smaller cuts
+      # would change the latency less than a round's noise does, and could not be checked (see
+      # the class comment).
+      SMALLEST_CUT = 0.75
+
+      # @return [Integer] holders allowed at once
+      attr_reader :limit
+      # @return [Float, nil] seconds: the fastest hold, or after a failed experiment the lowest
+      #   round mean since (nil before the first round)
+      attr_reader :baseline
+      # @return [Float, nil] seconds: the last round's mean latency (nil before the first)
+      attr_reader :latency
+
+      # @param floor [Integer] the lowest the limit goes
+      # @param ceiling [Integer] the highest (the pool's limit), and where it starts
+      def initialize(floor:, ceiling:)
+        @floor = floor
+        @ceiling = ceiling
+        @limit = ceiling
+        @value = ceiling.to_f # the limit before rounding down
+        @baseline = @latency = nil
+        # Verdicts in a row that the latency's spread is the service's own (#check_cut), and
+        # whether the baseline is therefore the lowest round mean.
+        @own_latency_verdicts = 0
+        @spread = false
+        # The round so far: seconds held, holders in flight during them, the most in flight
+        # during one, the fastest (returned) hold, when the first began, holds, discarded ones.
+        @held = @in_flight = @crowd = 0.0
+        @fastest = @began = Float::INFINITY
+        @holds = @discarded = 0
+        # The experiment under way, if any: the latency and holders in flight of the round that
+        # cut, the limit before the cut, when it was made, and the in-flight count it waits for.
+        @cut_latency = @cut_in_flight = @cut_from = @cut_at = @cut_checked_at = nil
+      end
+
+      # Records one hold that ended.
+      # @param began [Float] when it was checked out (Timers.now)
+      # @param ended [Float] when it came back
+      # @param in_flight [Float] holders in flight on average while it lasted, itself included
+      # @param discarded [Boolean] whether it ended in a discard (see the class comment)
+      # @return [Integer] how much the limit rose (as many more holders may go now)
+      def sample(began, ended, in_flight, discarded)
+        held = ended - began
+        @held += held
+        @in_flight += in_flight
+        @crowd = in_flight if in_flight > @crowd
+        @began = began if began < @began
+        if discarded
+          @discarded += 1
+        elsif held < @fastest
+          @fastest = held
+        end
+        return 0 if (@holds += 1) < ROUND || @holds < @crowd
+
+        before = @limit
+        update(@held / @holds, @in_flight / @holds, @discarded > @holds / 4, ended) if @held.positive?
+        @held = @in_flight = @crowd = 0.0
+        @fastest = @began = Float::INFINITY
+        @holds = @discarded = 0
+        @limit > before ? @limit - before : 0
+      end
+
+      private
+
+      # At the end of a round: its mean latency, mean holders in flight, whether more than a
+      # quarter of it was discarded, and the time.
+      def update(latency, in_flight, censored, now)
+        @latency = latency
+        if censored
+          end_experiment
+        elsif @cut_at && @began >= @cut_at && in_flight <= @cut_checked_at
+          check_cut(latency, in_flight)
+        end
+        # The fastest answer is one, censored round or not; a censored round's mean is too low.
+        best = @spread ? (censored ? Float::INFINITY : latency) : @fastest
+        @baseline = best if best.finite? && (@baseline.nil? || best < @baseline)
+        return unless @baseline # no answer yet, every hold discarded
+
+        allowed = @baseline * TOLERANCE
+        target = in_flight * allowed / latency
+        if latency > allowed
+          lower = target.clamp(in_flight * LARGEST_CUT, in_flight * SMALLEST_CUT)
+          cut(latency, in_flight, [lower, @floor].max, censored, now)
+        elsif !censored && in_flight >= @limit * 0.5 && target > @value
+          self.value = [target, @value * 2].min
+        end
+      end
+
+      def cut(latency, in_flight, lower, censored, now)
+        return if lower >= @value # at the floor already, or the cut has been made
+        from = @value
+        self.value = lower
+        # One experiment at a time, not on a censored round, and not on a cut the floor made
+        # too small to tell queueing from noise.
+        return if @cut_at || censored || @value > in_flight * SMALLEST_CUT
+
+        @cut_latency, @cut_in_flight, @cut_from, @cut_at = latency, in_flight, from, now
+        @cut_checked_at = (in_flight + @value) / 2
+      end
+
+      # Whether the latency fell by at least a quarter as much as the holders in flight did:
+      # queueing, or not (see the class comment).
+      def check_cut(latency, in_flight)
+        expected = @cut_latency * (1.0 - (0.25 * (1.0 - (in_flight / @cut_in_flight))))
+        if latency > expected
+          self.value = @cut_from
+          if (@own_latency_verdicts += 1) >= 2
+            @spread = true
+            @baseline = latency
+          end
+        else
+          @own_latency_verdicts = 0
+          if @spread
+            @spread = false
+            @baseline = @fastest
+          end
+        end
+        end_experiment
+      end
+
+      def end_experiment
+        @cut_latency = @cut_in_flight = @cut_from = @cut_at = @cut_checked_at = nil
+      end
+
+      def value=(value)
+        @value = value.clamp(@floor.to_f, @ceiling.to_f)
+        @limit = @value.floor
+      end
+    end
+  end
+end
