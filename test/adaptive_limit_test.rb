@@ -61,6 +61,20 @@ class AdaptiveLimitTest < Minitest::Test
     assert_equal 64, @limit.limit
   end
 
+  # Down at the floor no cut can be tried. A service that was saturated and then serves in
+  # parallel, but ten times slower than its fastest answer, would stay there; every
+  # FLOOR_ROUNDS rounds the limit is raised as an experiment instead, and the latency does not
+  # follow it.
+  def test_a_limit_at_the_floor_is_raised_as_an_experiment
+    @limit = Weft::Pool::AdaptiveLimit.new(floor: 12, ceiling: 64)
+    20.times { round(&saturated(2)) }
+    assert_equal 12, @limit.limit
+    rounds = 0
+    rounds += 1 until @limit.limit == 64 || rounds > 200 || !round { 10 * SERVICE }
+    assert_equal 64, @limit.limit, "after #{rounds} rounds of a latency that is the service's own"
+    assert_operator rounds, :>, Weft::Pool::AdaptiveLimit::FLOOR_ROUNDS, "it left the floor before a probe"
+  end
+
   # Rounds mostly discarded (callers giving up) only lower the limit: their latency is a
   # lower bound.
   def test_discarded_rounds_never_raise_the_limit

@@ -12,18 +12,23 @@
 # that many workers, and queues the rest:
 # * saturated: 4 at once x 5 ms (800 requests/s); each request under `deadline: 0.1`;
 # * parallel: 100 at once x 200 ms (500 requests/s), an API that is slow but has room; each
-#   request under `deadline: 2`.
+#   request under `deadline: 2`;
+# * spread: 100 at once x 10-310 ms (each request draws its own), an API with room whose
+#   latencies vary far more than the adaptive limit tolerates without an experiment (mean 16
+#   times its fastest answer); each request under `deadline: 2`.
 # Each variant gets a fresh upstream and one client, and sends ROUNDS bursts of BURST
 # concurrent GETs (default 10 x 200). It prints, per variant, the answers that came in time,
 # their rate, the pool's size and in-flight limit after each burst, how many requests the
 # upstream served (those beyond the answers in time were served for callers that had given up)
-# and the most it held at once (serving or queued). UPSTREAMS: "saturated,parallel" (default).
+# and the most it held at once (serving or queued). UPSTREAMS: "saturated,parallel,spread"
+# (default).
 require_relative "support"
 
 if ARGV.first == "upstream"
   port = Integer(ARGV[1])
   capacity = Integer(ARGV[3])
   service = Float(ARGV[4])
+  spread = Float(ARGV[5])
   slots = Thread::Queue.new
   capacity.times { slots << true }
   served = 0
@@ -41,7 +46,7 @@ if ARGV.first == "upstream"
         nil until client.gets == "\r\n" # the rest of the head; GETs have no body
         lock.synchronize { peak = held if (held += 1) > peak }
         slot = slots.pop
-        sleep service
+        sleep service + (rand * spread)
         slots << slot
         lock.synchronize do
           held -= 1
@@ -62,11 +67,12 @@ require "weft/resilience"
 
 rounds = Integer(ARGV.fetch(0, 10))
 burst = Integer(ARGV.fetch(1, 200))
-upstreams = ARGV.fetch(2, "saturated,parallel").split(",")
+upstreams = ARGV.fetch(2, "saturated,parallel,spread").split(",")
 
 UPSTREAMS = {
-  "saturated" => { capacity: 4, service: 0.005, deadline: 0.1 },
-  "parallel" => { capacity: 100, service: 0.2, deadline: 2.0 }
+  "saturated" => { capacity: 4, service: 0.005, spread: 0.0, deadline: 0.1 },
+  "parallel" => { capacity: 100, service: 0.2, spread: 0.0, deadline: 2.0 },
+  "spread" => { capacity: 100, service: 0.01, spread: 0.3, deadline: 2.0 }
 }.freeze
 
 variants = {
@@ -80,17 +86,18 @@ variants = {
 puts "#{Bench.versions}; load #{File.read('/proc/loadavg').split.first(3).join(' ')}"
 puts "#{rounds} bursts of #{burst} concurrent GETs per variant"
 upstreams.each do |kind|
-  capacity, service, deadline = UPSTREAMS.fetch(kind).values_at(:capacity, :service, :deadline)
+  capacity, service, spread, deadline = UPSTREAMS.fetch(kind).values_at(:capacity, :service, :spread, :deadline)
+  took_ms = spread.zero? ? (service * 1000).round(1) : "#{(service * 1000).round}-#{((service + spread) * 1000).round}"
   puts
-  puts "#{kind} upstream: #{capacity} at once, #{(service * 1000).round(1)} ms each; deadline #{deadline} s"
+  puts "#{kind} upstream: #{capacity} at once, #{took_ms} ms each; deadline #{deadline} s"
   puts
   puts "| client | answered in time (of #{rounds * burst}) | answers in time / s | pool size / in-flight limit after each burst | requests the upstream served | most it held at once |"
   puts "|---|---:|---:|---|---:|---:|"
   variants.each do |name, options|
     port = Bench.free_port
     count_file = File.join(Bench::TMP, "saturated_served")
-    upstream = Bench.spawn_server([RbConfig.ruby, __FILE__, "upstream", port.to_s, count_file, capacity.to_s, service.to_s],
-                                  port, "saturated_upstream")
+    command = [RbConfig.ruby, __FILE__, "upstream", port.to_s, count_file, capacity.to_s, service.to_s, spread.to_s]
+    upstream = Bench.spawn_server(command, port, "saturated_upstream")
     client = Weft::HTTP::Client.new("http://127.0.0.1:#{port}", proxy: nil, **options)
     in_time = 0
     sizes = []

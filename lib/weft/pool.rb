@@ -40,8 +40,8 @@ module Weft
   # * Adaptive in-flight limit (`adaptive: true`): holders at once, at most, follow the
   #   latency of the holds, between `max_creating` and `limit` (Weft::Pool::AdaptiveLimit): for
   #   resources that stand for requests to a service, so that a service at its capacity gets
-  #   about as many as it serves at once plus a queue of as many, and the rest wait here,
-  #   where a caller that gives up costs the service nothing.
+  #   about three times as many as it serves at once (its queue within twice its fastest
+  #   answer), and the rest wait here, where a caller that gives up costs the service nothing.
   # * A resource is retired after `max_uses` checkouts or `max_age` seconds (each resource
   #   draws its own point within the last tenth of either, see LIMIT_SPREAD), when a holder
   #   reports it broken (#discard, or an exception escaping #with), or when the optional

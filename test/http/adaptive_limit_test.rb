@@ -100,9 +100,10 @@ class HTTPAdaptiveLimitTest < Minitest::Test
     url = upstream(0)
     http = client(url, limit: 64, max_connecting: 4)
     bursts(http, 4, 64, -> { 0.02 })
-    bursts = bursts(http, 6, 64, -> { 0.1 })
+    bursts = bursts(http, 10, 64, -> { 0.1 })
     assert_operator bursts.map(&:last).min, :<, 64, "no cut was tried: #{bursts}"
-    assert_equal [64, 64], bursts.last(2).map(&:last), "requests the upstream held at once, and the limit, per burst: #{bursts}"
+    assert_equal [64, 64], bursts.last(2).map(&:last),
+                 "requests the upstream held at once, and the limit, per burst: #{bursts}"
     assert_operator bursts.last(2).map(&:first).max, :>=, 40, bursts.inspect
   end
 end

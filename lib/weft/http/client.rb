@@ -77,10 +77,10 @@ module Weft
       # @param adaptive [Boolean] let the requests in flight per origin, at most, follow the
       #   origin's latency, between `max_connecting` and `limit` (Weft::Pool::AdaptiveLimit):
       #   an origin at its capacity, whose latency grows with the requests sent, gets about
-      #   twice what it serves at once and the rest wait in the client, where a request past
-      #   its deadline leaves without costing the origin anything (docs/http_client.md,
-      #   "A saturated origin"). An origin whose latency does not grow with them is not held
-      #   back
+      #   three times what it serves at once (never fewer than max_connecting) and the rest
+      #   wait in the client, where a request past its deadline leaves without costing the
+      #   origin anything (docs/http_client.md, "A saturated origin"). An origin whose latency
+      #   does not grow with them is not held back
       # @param idle_timeout [Numeric, nil] close connections idle this long (seconds; 4 by
       #   default, under the 5 s that Node and Apache keep an idle connection, so that a request
       #   is not written as the server closes it; a server's `Keep-Alive: timeout=N` shortens it

@@ -22,28 +22,28 @@ module Weft
     # A service whose latencies vary (a mix of requests, a slow query of its own now and then)
     # also has a mean far above its fastest hold, and one that got slower on its own has a
     # latency above its old baseline; neither is queueing, and neither latency falls when the
-    # in-flight count does. So a cut (of SMALLEST_CUT at least) is an experiment: the first round of holds that all began after it, with at least half the cut
-    # taken, checks that the latency fell by at least a quarter as much as the holders in flight
-    # did (by Little's law a queue's would fall as much, but the round that cut may have been
-    # the start of a burst, when the queue was still filling). If it did not, the latency is
-    # the service's own, or so says this experiment: the limit goes back to what it was before
-    # the cut. Two such verdicts in a row (a round that cut at the start of a burst can make one
-    # wrongly: its latency is low for its in-flight count) and from then on the baseline is
-    # the lowest round mean (starting with that round's), not the fastest hold, until an
-    # experiment finds queueing again.
+    # in-flight count does. So a cut (of SMALLEST_CUT at least) is an experiment: the first
+    # round of holds that all began after it, with at least half the cut taken, checks that the
+    # latency fell by at least a quarter as much as the holders in flight did (by Little's law
+    # a queue's would fall as much, but the round that cut may have been the start of a burst,
+    # when the queue was still filling). If it did not, the latency is the service's own, or so
+    # says this experiment: the limit goes back to what it was before the cut. Two such
+    # verdicts in a row (a round that cut at the start of a burst can make one wrongly: its
+    # latency is low for its in-flight count) and from then on the baseline is the lowest round
+    # mean (starting with that round's), not the fastest hold, until an experiment finds
+    # queueing again.
     #
     # Holds that were discarded (the HTTP client's: a deadline or an error mid-request) are
     # lower bounds: a caller that gave up at its deadline says the answer took at least that
     # long, whatever the in-flight count. They count in a round's latency (without them a
     # service so far behind that every caller gives up would show no latency at all), but a
     # round of which more than a quarter were discarded only ever lowers the limit: it does not
-    # raise it (its latency is too low), and it ends an experiment, the cut standing. (The
-    # fastest hold is always one that was returned: a reset in a millisecond is not a fast
-    # answer.) Callers giving up at that
-    # rate are reason enough to send fewer, and the requests they gave up on are still in the
-    # service's queue (a server seldom notices a client gone before it answers), where they
-    # keep its latency up after the in-flight count fell: a check then would take queueing for
-    # the service's own slowness.
+    # raise it (its latency is too low), and it ends an experiment, the cut standing. Callers
+    # giving up at that rate are reason enough to send fewer, and the requests they gave up on
+    # are still in the service's queue (a server seldom notices a client gone before it
+    # answers), where they keep its latency up after the in-flight count fell: a check then
+    # would take queueing for the service's own slowness. (The fastest hold is always one that
+    # was returned: a reset in a millisecond is not a fast answer.)
     #
     # Not thread-safe: the pool calls it under its lock. Floats only, nothing allocated per
     # sample.
@@ -56,7 +56,8 @@ module Weft
       ROUND = 16
       # The mean latency allowed, as a multiple of the baseline: room for a service's own
       # spread of latencies (a mean up to three times its fastest answer needs no experiment),
-      # and at a saturated one a queue of about twice as many requests as it serves at once.
+      # and at a saturated one a queue of about twice as many requests as it serves at once
+      # (the limit settles near three times that many).
       TOLERANCE = 3.0
       # The most a round lowers the limit: to this share of the holders it saw in flight.
       LARGEST_CUT = 0.5
@@ -64,6 +65,18 @@ module Weft
       # would change the latency less than a round's noise does, and could not be checked (see
       # the class comment).
       SMALLEST_CUT = 0.75
+      # An experiment's verdict, by how much the latency moved for the change in holders in
+      # flight ((latency / before - 1) / (in flight / before - 1), 1 for a queue, 0 for a
+      # latency of the service's own): queueing at QUEUE_ELASTICITY or more, the service's own
+      # at OWN_ELASTICITY or less; in between, the next round decides. An experiment lasts
+      # TRIAL_ROUNDS rounds at most.
+      QUEUE_ELASTICITY = 0.5
+      OWN_ELASTICITY = 0.25
+      TRIAL_ROUNDS = 8
+      # Rounds at the floor that ask for a lower limit, after which the limit is raised to twice
+      # the floor as an experiment: cuts cannot be tried there, and a service whose latency is
+      # its own would otherwise stay at the floor for good.
+      FLOOR_ROUNDS = 32
 
       # @return [Integer] holders allowed at once
       attr_reader :limit
@@ -91,8 +104,12 @@ module Weft
         @fastest = @began = Float::INFINITY
         @holds = @discarded = 0
         # The experiment under way, if any: the latency and holders in flight of the round that
-        # cut, the limit before the cut, when it was made, and the in-flight count it waits for.
-        @cut_latency = @cut_in_flight = @cut_from = @cut_at = @cut_checked_at = nil
+        # changed the limit, the limit before, when, the in-flight count it waits for, and the
+        # rounds it may still take.
+        @trial_latency = @trial_in_flight = @trial_from = @trial_at = @trial_checked_at = nil
+        @trial_rounds = 0
+        @trial_raised = false # whether it raised the limit (a probe) rather than cut it
+        @floor_rounds = 0 # rounds in a row at the floor that asked for less
       end
 
       # Records one hold that ended.
@@ -128,21 +145,29 @@ module Weft
       # quarter of it was discarded, and the time.
       def update(latency, in_flight, censored, now)
         @latency = latency
-        if censored
-          end_experiment
-        elsif @cut_at && @began >= @cut_at && in_flight <= @cut_checked_at
-          check_cut(latency, in_flight)
-        end
         # The fastest answer is one, censored round or not; a censored round's mean is too low.
         best = @spread ? (censored ? Float::INFINITY : latency) : @fastest
         @baseline = best if best.finite? && (@baseline.nil? || best < @baseline)
         return unless @baseline # no answer yet, every hold discarded
+
+        if censored
+          end_experiment
+        elsif @trial_at
+          # An experiment holds the limit where it put it until its verdict: the round that
+          # gives one has been spent on it.
+          return check_trial(latency, in_flight) if @began >= @trial_at && taken?(in_flight)
+          return unless (@trial_rounds -= 1) <= 0
+
+          end_experiment # the holders in flight never changed enough: demand fell, or rose
+        end
+        @floor_rounds = 0 unless @value == @floor
 
         allowed = @baseline * TOLERANCE
         target = in_flight * allowed / latency
         if latency > allowed
           lower = target.clamp(in_flight * LARGEST_CUT, in_flight * SMALLEST_CUT)
           cut(latency, in_flight, [lower, @floor].max, censored, now)
+          return probe(latency, in_flight, now) if @value == @floor && !censored && !@trial_at
         elsif !censored && in_flight >= @limit * 0.5 && target > @value
           self.value = [target, @value * 2].min
         end
@@ -154,34 +179,58 @@ module Weft
         self.value = lower
         # One experiment at a time, not on a censored round, and not on a cut the floor made
         # too small to tell queueing from noise.
-        return if @cut_at || censored || @value > in_flight * SMALLEST_CUT
+        return if @trial_at || censored || @value > in_flight * SMALLEST_CUT
 
-        @cut_latency, @cut_in_flight, @cut_from, @cut_at = latency, in_flight, from, now
-        @cut_checked_at = (in_flight + @value) / 2
+        start_trial(latency, in_flight, from, now)
       end
 
-      # Whether the latency fell by at least a quarter as much as the holders in flight did:
-      # queueing, or not (see the class comment).
-      def check_cut(latency, in_flight)
-        expected = @cut_latency * (1.0 - (0.25 * (1.0 - (in_flight / @cut_in_flight))))
-        if latency > expected
-          self.value = @cut_from
-          if (@own_latency_verdicts += 1) >= 2
-            @spread = true
-            @baseline = latency
-          end
-        else
+      # At the floor, a round that asks for less: after FLOOR_ROUNDS of them, twice the floor,
+      # checked as a cut is.
+      def probe(latency, in_flight, now)
+        return if (@floor_rounds += 1) < FLOOR_ROUNDS
+        @floor_rounds = 0
+        self.value = @floor * 2
+        start_trial(latency, in_flight, @floor, now) if @value > in_flight / SMALLEST_CUT
+      end
+
+      def start_trial(latency, in_flight, from, now)
+        @trial_raised = @value > from
+        @trial_latency, @trial_in_flight, @trial_from, @trial_at = latency, in_flight, from, now
+        @trial_checked_at = (in_flight + @value) / 2
+        @trial_rounds = TRIAL_ROUNDS
+      end
+
+      # Whether a round has at least half the experiment's change of holders in flight.
+      def taken?(in_flight)
+        @value < @trial_in_flight ? in_flight <= @trial_checked_at : in_flight >= @trial_checked_at
+      end
+
+      # The experiment's verdict (see QUEUE_ELASTICITY): queueing keeps a cut and undoes a
+      # probe; the service's own latency undoes a cut and keeps a probe, and two such verdicts
+      # in a row make the baseline the lowest round mean; neither waits for the next round.
+      def check_trial(latency, in_flight)
+        elasticity = ((latency / @trial_latency) - 1.0) / ((in_flight / @trial_in_flight) - 1.0)
+        if elasticity >= QUEUE_ELASTICITY
           @own_latency_verdicts = 0
+          self.value = @trial_from if @trial_raised
           if @spread
             @spread = false
             @baseline = @fastest
           end
+        elsif elasticity <= OWN_ELASTICITY
+          self.value = @trial_from unless @trial_raised
+          if (@own_latency_verdicts += 1) >= 2
+            @spread = true
+            @baseline = latency
+          end
+        elsif (@trial_rounds -= 1).positive?
+          return # the next round decides
         end
         end_experiment
       end
 
       def end_experiment
-        @cut_latency = @cut_in_flight = @cut_from = @cut_at = @cut_checked_at = nil
+        @trial_latency = @trial_in_flight = @trial_from = @trial_at = @trial_checked_at = nil
       end
 
       def value=(value)
