@@ -441,8 +441,8 @@ class PoolTest < Minitest::Test
   def test_adaptive_holders_at_once_follow_the_latency_of_the_holds
     slots = Thread::Queue.new
     2.times { slots << true }
-    queued = ->(_) { slots << slots.pop.tap { sleep 0.005 } }
-    parallel = ->(_) { sleep 0.02 }
+    queued = ->(_) { slots << slots.pop.tap { sleep 0.02 } }
+    parallel = ->(_) { sleep 0.05 }
     [[queued, 1..12], [parallel, 32..32]].each do |hold, expected|
       pool, = build(limit: 32, max_creating: 1, adaptive: true)
       peaks = Array.new(6) do
