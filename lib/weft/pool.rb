@@ -68,9 +68,10 @@ module Weft
 
     # Bookkeeping for one live resource: taken_at is when its current holder checked it out,
     # held how long its last holder kept it (#sample_idle_share); limit_factor scales max_uses
-    # and max_age for this resource (#spread_factor); in_flight_mark the pool's busy-seconds
-    # (#count_in_flight) when its current holder took it, with `adaptive:` only.
-    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor, :held, :in_flight_mark)
+    # and max_age for this resource (#spread_factor); in_flight how many were busy, itself
+    # included, when its current holder took it (the adaptive limit's figure: the holders a
+    # queue behind the resources would have put ahead of it, and itself).
+    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor, :held, :in_flight)
 
     # The share of `max_uses` and `max_age` over which resources' retirements are spread: each
     # resource retires at its own point between 90% and 100% of the limit. Resources created
@@ -217,10 +218,9 @@ module Weft
       return forget_parent_resources if ForkHandler.generation != @generation
       retire = false
       @mutex.synchronize do
-        now = Timers.now
-        count_in_flight(now) if @adaptive
         entry = @busy.delete(resource)
         raise UsageError, "checkin of a resource that is not checked out from this pool" unless entry
+        now = Timers.now
         entry.used_at = now
         sample_hold(entry.held = now - entry.taken_at)
         if @closed || worn_out?(entry, now)
@@ -329,9 +329,6 @@ module Weft
       @creating = 0
       @returns = 0 # resources checked back in, ever (see #create_resource)
       @waiting = 0
-      # Busy-seconds: the busy resources integrated over time (#count_in_flight), and since when.
-      @in_flight_area = 0.0
-      @in_flight_since = Timers.now
       @growing = false # nothing came back while a resource was created or a waiter watched
       @watched = false # a waiter is watching for returns (see #take_or_reserve)
       @closed = false
@@ -413,8 +410,8 @@ module Weft
             sample_idle_share(now - entry.used_at, entry.held) if @waiting >= @busy.size
           end
           entry.uses += 1
-          entry.in_flight_mark = count_in_flight(now) if @adaptive
           @busy[entry.resource] = entry
+          entry.in_flight = @busy.size
         else
           @size += 1
           @creating += 1
@@ -471,23 +468,11 @@ module Weft
     # of them: a burst can have a thousand waiting.)
     # @return [Boolean] whether it woke any (else the caller wakes one, for the resource)
     def sample_latency(entry, now, discarded)
-      held = now - entry.taken_at
-      # Holders in flight on average during this hold: busy-seconds over seconds.
-      in_flight = held.positive? ? (@in_flight_area - entry.in_flight_mark) / held : @busy.size + 1
-      rose = @adaptive.sample(entry.taken_at, now, in_flight, discarded)
+      rose = @adaptive.sample(entry.taken_at, now, entry.in_flight, discarded)
       @in_flight_limit = @adaptive.limit
       return false if rose.zero?
       [rose + 1, @waiting].min.times { @available.signal }
       true
-    end
-
-    # Under the lock, before the busy resources change: adds the time since the last change,
-    # times how many were busy, to the pool's busy-seconds (@in_flight_area).
-    # @return [Float] the busy-seconds so far
-    def count_in_flight(now)
-      @in_flight_area += @busy.size * (now - @in_flight_since)
-      @in_flight_since = now
-      @in_flight_area
     end
 
     # #discard; `sample` says whether its hold was one (not a checkout's own check rejecting an
@@ -495,12 +480,10 @@ module Weft
     def retire_broken(resource, sample)
       return forget_parent_resources if ForkHandler.generation != @generation
       held = @mutex.synchronize do
-        now = @adaptive && Timers.now
-        count_in_flight(now) if now
         next false unless (entry = @busy.delete(resource))
         @size -= 1
         @discarded += 1
-        @available.signal unless sample && now && sample_latency(entry, now, true)
+        @available.signal unless sample && @adaptive && sample_latency(entry, Timers.now, true)
         true
       end
       close_resource(resource) if held
@@ -576,8 +559,7 @@ module Weft
       now = Timers.now
       @mutex.synchronize do
         @created += 1
-        mark = count_in_flight(now) if @adaptive
-        @busy[resource] = Entry.new(resource, now, now, 1, now, Pool.spread_factor, nil, mark)
+        @busy[resource] = Entry.new(resource, now, now, 1, now, Pool.spread_factor, nil, @busy.size + 1)
         @creating -= 1
         took = now - started
         @create_time = @create_time ? @create_time + (took - @create_time) * CREATE_WEIGHT : took

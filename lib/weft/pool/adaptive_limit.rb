@@ -12,12 +12,14 @@ module Weft
     # wait, there, where a caller that has given up still costs a request. So the limit keeps
     # the mean latency within TOLERANCE times the baseline, the fastest hold seen: a request
     # that met no queue. Each round of holds (at least ROUND) it takes their mean latency and
-    # the mean holders in flight while they lasted, and moves to the in-flight count at which,
+    # the mean of the holders in flight each found when it began, itself included (a queue
+    # served first come first served puts those ahead of it), and moves to the in-flight count at which,
     # at the same rate of returns, the latency would be the allowed one (in flight x allowed /
     # latency): down when the latency is above it (by half at most per round), up when below,
-    # by twice at most per round and only when the holders used at least half the limit (a
-    # limit nobody reaches says nothing about it). It starts at the pool's limit: a burst to a
-    # new service is not held back before there is anything to go by.
+    # by twice at most per round and only when the holders reached the limit (a limit nobody
+    # reaches says nothing about it). A round moves it only if all its holds began after it
+    # last moved: they answer for that limit. It starts at the pool's limit: a burst to a new
+    # service is not held back before there is anything to go by.
     #
     # A service whose latencies vary (a mix of requests, a slow query of its own now and then)
     # also has a mean far above its fastest hold, and one that got slower on its own has a
@@ -50,7 +52,7 @@ module Weft
     class AdaptiveLimit
       # Holds per round at least: enough that one slow hold does not move the limit, few enough
       # that the limit follows within a few dozen returns. A round lasts as many holds as were
-      # in flight together during any of them, if more: holds that began together end in the
+      # in flight when one of them began, if more: holds that began together end in the
       # order of their latencies, and a round of the first few to end would be a round of the
       # fastest (16 of a burst of 64 against a service taking 30-90 ms: half the mean).
       ROUND = 16
@@ -104,18 +106,19 @@ module Weft
         @fastest = @began = Float::INFINITY
         @holds = @discarded = 0
         # The experiment under way, if any: the latency and holders in flight of the round that
-        # changed the limit, the limit before, when, the in-flight count it waits for, and the
-        # rounds it may still take.
+        # changed the limit, the limit before, when, the in-flight count it waits for (halfway
+        # to the change in the limit, in proportion), and the rounds it may still take.
         @trial_latency = @trial_in_flight = @trial_from = @trial_at = @trial_checked_at = nil
         @trial_rounds = 0
         @trial_raised = false # whether it raised the limit (a probe) rather than cut it
         @floor_rounds = 0 # rounds in a row at the floor that asked for less
+        @changed_at = -Float::INFINITY # when the limit last moved
       end
 
       # Records one hold that ended.
       # @param began [Float] when it was checked out (Timers.now)
       # @param ended [Float] when it came back
-      # @param in_flight [Float] holders in flight on average while it lasted, itself included
+      # @param in_flight [Integer] holders in flight when it began, itself included
       # @param discarded [Boolean] whether it ended in a discard (see the class comment)
       # @return [Integer] how much the limit rose (as many more holders may go now)
       def sample(began, ended, in_flight, discarded)
@@ -133,6 +136,7 @@ module Weft
 
         before = @limit
         update(@held / @holds, @in_flight / @holds, @discarded > @holds / 4, ended) if @held.positive?
+        @changed_at = ended if @limit != before
         @held = @in_flight = @crowd = 0.0
         @fastest = @began = Float::INFINITY
         @holds = @discarded = 0
@@ -161,6 +165,7 @@ module Weft
           end_experiment # the holders in flight never changed enough: demand fell, or rose
         end
         @floor_rounds = 0 unless @value == @floor
+        return if @began < @changed_at # some of its holds began under another limit
 
         allowed = @baseline * TOLERANCE
         target = in_flight * allowed / latency
@@ -168,7 +173,7 @@ module Weft
           lower = target.clamp(in_flight * LARGEST_CUT, in_flight * SMALLEST_CUT)
           cut(latency, in_flight, [lower, @floor].max, censored, now)
           return probe(latency, in_flight, now) if @value == @floor && !censored && !@trial_at
-        elsif !censored && in_flight >= @limit * 0.5 && target > @value
+        elsif !censored && @crowd >= @limit && target > @value
           self.value = [target, @value * 2].min
         end
       end
@@ -190,19 +195,19 @@ module Weft
         return if (@floor_rounds += 1) < FLOOR_ROUNDS
         @floor_rounds = 0
         self.value = @floor * 2
-        start_trial(latency, in_flight, @floor, now) if @value > in_flight / SMALLEST_CUT
+        start_trial(latency, in_flight, @floor, now) if @value >= @floor / SMALLEST_CUT # else the ceiling is near
       end
 
       def start_trial(latency, in_flight, from, now)
         @trial_raised = @value > from
         @trial_latency, @trial_in_flight, @trial_from, @trial_at = latency, in_flight, from, now
-        @trial_checked_at = (in_flight + @value) / 2
+        @trial_checked_at = in_flight * (1.0 + (@value / from)) / 2
         @trial_rounds = TRIAL_ROUNDS
       end
 
       # Whether a round has at least half the experiment's change of holders in flight.
       def taken?(in_flight)
-        @value < @trial_in_flight ? in_flight <= @trial_checked_at : in_flight >= @trial_checked_at
+        @trial_raised ? in_flight >= @trial_checked_at : in_flight <= @trial_checked_at
       end
 
       # The experiment's verdict (see QUEUE_ELASTICITY): queueing keeps a cut and undoes a
