@@ -71,12 +71,13 @@ class HTTPAdaptiveLimitTest < Minitest::Test
     end
   end
 
-  # Two workers, 10 ms a request: at most 200 answers a second whatever is sent. Before, every
-  # burst of 64 put all 64 into its queue (the pool grows to `limit` for requests that wait);
-  # the limit now keeps its mean latency within TOLERANCE times its fastest answer.
+  # Two workers, 10 ms a request: at most 200 answers a second whatever is sent. With a fixed
+  # limit every burst of 64 puts all 64 into its queue (the pool grows to `limit` for requests
+  # that wait); the adaptive limit keeps its mean latency within TOLERANCE times its fastest
+  # answer.
   def test_a_saturated_upstream_is_not_sent_more_than_it_serves
     url = upstream(2)
-    http = client(url, limit: 64, max_connecting: 4)
+    http = client(url, limit: 64, max_connecting: 4, adaptive: true)
     bursts = bursts(http, 6, 64, -> { 0.01 })
     assert_operator bursts.last(2).map(&:first).max, :<=, 40,
                     "requests the upstream held at once, and the limit, per burst: #{bursts}"
@@ -87,7 +88,7 @@ class HTTPAdaptiveLimitTest < Minitest::Test
   # growth rule's business: it may share fewer than 64.)
   def test_an_upstream_that_serves_in_parallel_is_not_held_back
     url = upstream(0)
-    http = client(url, limit: 64, max_connecting: 4)
+    http = client(url, limit: 64, max_connecting: 4, adaptive: true)
     bursts = bursts(http, 6, 64, -> { (0.04 + (rand * 0.04)).round(3) })
     assert_equal [64] * 6, bursts.map(&:last), "requests the upstream held at once, and the limit, per burst: #{bursts}"
     assert_operator bursts.last(2).map(&:first).max, :>=, 40, bursts.inspect
@@ -98,7 +99,7 @@ class HTTPAdaptiveLimitTest < Minitest::Test
   # limit comes back.
   def test_an_upstream_that_slows_down_but_serves_in_parallel_gets_its_limit_back
     url = upstream(0)
-    http = client(url, limit: 64, max_connecting: 4)
+    http = client(url, limit: 64, max_connecting: 4, adaptive: true)
     bursts(http, 4, 64, -> { 0.02 })
     bursts = bursts(http, 10, 64, -> { 0.1 })
     assert_operator bursts.map(&:last).min, :<, 64, "no cut was tried: #{bursts}"
