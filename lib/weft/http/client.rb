@@ -81,7 +81,7 @@ module Weft
       #   wait in the client, where a request past its deadline leaves without costing the
       #   origin anything (docs/http_client.md, "A saturated origin"). Off by default: an
       #   origin whose latencies vary widely is held back while the limit learns that they are
-      #   its own (8-48% fewer requests/s over 10 bursts in bench/http_client/saturated.rb)
+      #   its own (8-64% fewer requests/s over 10 bursts in bench/http_client/saturated.rb)
       # @param idle_timeout [Numeric, nil] close connections idle this long (seconds; 4 by
       #   default, under the 5 s that Node and Apache keep an idle connection, so that a request
       #   is not written as the server closes it; a server's `Keep-Alive: timeout=N` shortens it
