@@ -433,6 +433,37 @@ class PoolTest < Minitest::Test
     assert_equal 0, pool.statistics[:size]
   end
 
+  # With `adaptive: true`, holders at once follow the latency of the holds: against something
+  # that serves two at a time and queues the rest (holders taking turns at two slots), they
+  # stop at a few, and the rest wait in the pool even while resources lie idle; against
+  # something that serves all at once, however slowly, every holder goes. Before, both had
+  # all 32 at once.
+  def test_adaptive_holders_at_once_follow_the_latency_of_the_holds
+    slots = Thread::Queue.new
+    2.times { slots << true }
+    queued = ->(_) { slots << slots.pop.tap { sleep 0.02 } }
+    parallel = ->(_) { sleep 0.05 }
+    [[queued, 1..12], [parallel, 32..32]].each do |hold, expected|
+      pool, = build(limit: 32, max_creating: 1, adaptive: true)
+      peaks = Array.new(6) do
+        peak = 0
+        Weft.run do
+          Weft.map(1..32) do
+            pool.with do |resource|
+              peak = [peak, pool.statistics[:busy]].max
+              hold.call(resource)
+            end
+          end
+        end
+        peak
+      end
+      stats = pool.statistics
+      assert_includes expected, peaks.last, "holders at once per burst: #{peaks} (#{stats})"
+      assert_includes expected, stats[:in_flight_limit], stats.inspect
+      assert_equal 32, stats[:size], "resources are not closed for the lower limit: they lie idle" if hold == queued
+    end
+  end
+
   # The growth rule's figures describe the holders and what the resources reach, not the
   # resources: a forked child keeps them while it forgets the parent's resources.
   def test_a_forked_child_keeps_the_growth_figures

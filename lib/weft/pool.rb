@@ -5,6 +5,7 @@ require_relative "timers"
 require_relative "deadline"
 require_relative "renamed_options"
 require_relative "fork_handler"
+require_relative "pool/adaptive_limit"
 
 module Weft
   # A bounded pool of reusable resources (connections, sessions, workers) handed out one holder
@@ -36,6 +37,11 @@ module Weft
   #   running median), one more would wait the same way (the cases that create without
   #   asking still do). Without `max_creating` (nil: the limit) a checkout below the limit
   #   creates at once, as a plain pool does.
+  # * Adaptive in-flight limit (`adaptive: true`): holders at once, at most, follow the
+  #   latency of the holds, between `max_creating` and `limit` (Weft::Pool::AdaptiveLimit): for
+  #   resources that stand for requests to a service, so that a service at its capacity gets
+  #   about three times as many as it serves at once (its queue within twice its fastest
+  #   answer), and the rest wait here, where a caller that gives up costs the service nothing.
   # * A resource is retired after `max_uses` checkouts or `max_age` seconds (each resource
   #   draws its own point within the last tenth of either, see LIMIT_SPREAD), when a holder
   #   reports it broken (#discard, or an exception escaping #with), or when the optional
@@ -62,8 +68,10 @@ module Weft
 
     # Bookkeeping for one live resource: taken_at is when its current holder checked it out,
     # held how long its last holder kept it (#sample_idle_share); limit_factor scales max_uses
-    # and max_age for this resource (#spread_factor).
-    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor, :held)
+    # and max_age for this resource (#spread_factor); in_flight how many were busy, itself
+    # included, when its current holder took it (the adaptive limit's figure: the holders a
+    # queue behind the resources would have put ahead of it, and itself).
+    Entry = Struct.new(:resource, :created_at, :used_at, :uses, :taken_at, :limit_factor, :held, :in_flight)
 
     # The share of `max_uses` and `max_age` over which resources' retirements are spread: each
     # resource retires at its own point between 90% and 100% of the limit. Resources created
@@ -105,6 +113,8 @@ module Weft
 
     # @return [Integer] the most resources alive at once
     attr_reader :limit
+    # @return [Integer] the most holders at once: `limit`, or less with `adaptive: true`
+    attr_reader :in_flight_limit
 
     # @param limit [Integer] the most resources alive at once
     # @param acquire_timeout [Numeric, nil] default seconds #checkout waits for a free resource
@@ -121,10 +131,13 @@ module Weft
     #   `limit`); a checkout beyond it waits for a resource to come back or a creation to end.
     #   Given, it also turns the growth rule on (above): past `max_creating` resources, the
     #   pool creates only when waiting for a return is expected to be slower
+    # @param adaptive [Boolean] let the holders at once, at most, follow the latency of the
+    #   holds, between `max_creating` and `limit` (see the class comment; needs `max_creating`
+    #   below `limit` to have room)
     # @yieldparam args what the caller passed to #checkout / #with
     # @yieldreturn a new resource, created when the pool needs one
     def initialize(limit:, acquire_timeout: nil, idle_timeout: nil, max_uses: nil, max_age: nil, check: nil,
-                   close: nil, max_creating: nil, &create)
+                   close: nil, max_creating: nil, adaptive: false, &create)
       raise ArgumentError, "Weft::Pool.new needs a block that creates a resource" unless create
       raise ArgumentError, "limit must be a positive Integer" unless limit.is_a?(Integer) && limit.positive?
       unless max_creating.nil? || (max_creating.is_a?(Integer) && max_creating.positive?)
@@ -144,6 +157,9 @@ module Weft
       # median of idle shares (#sample_idle_share).
       @hold_time = @create_time = nil
       @idle_share = 0.0
+      # Kept across a fork too: it describes what the resources reach.
+      @adaptive = adaptive ? AdaptiveLimit.new(floor: @max_creating, ceiling: limit) : nil
+      @in_flight_limit = limit
       reset_state
     end
 
@@ -215,7 +231,7 @@ module Weft
           @returns += 1
           @growing = false # waiters are being served by returns (see #take_or_reserve)
         end
-        @available.signal
+        @available.signal unless @adaptive && sample_latency(entry, now, false)
       end
       close_resource(resource) if retire
       nil
@@ -225,16 +241,7 @@ module Weft
     # free at once. Discarding a resource this pool does not hold (again) does nothing.
     # @return [nil]
     def discard(resource)
-      return forget_parent_resources if ForkHandler.generation != @generation
-      held = @mutex.synchronize do
-        next false unless @busy.delete(resource)
-        @size -= 1
-        @discarded += 1
-        @available.signal
-        true
-      end
-      close_resource(resource) if held
-      nil
+      retire_broken(resource, true)
     end
 
     # Retires idle resources past their idle timeout or age. Checkout and checkin prune too;
@@ -275,18 +282,23 @@ module Weft
     end
 
     # Counters for statistics pages and tests.
-    # @return [Hash] size (alive), idle, busy, waiting, limit, created, retired, discarded
-    #   (retired because broken), checkouts, timeouts (checkouts that gave up), and the growth
-    #   rule's figures: hold_time (running median) and create_time (running average) in
-    #   seconds, nil before the first checkin / creation, and idle_share (running median of the
-    #   share of a resource's cycle it lay idle handed to a waiter, 0.0 before the first)
+    # @return [Hash] size (alive), idle, busy, waiting, limit, in_flight_limit, created,
+    #   retired, discarded (retired because broken), checkouts, timeouts (checkouts that gave
+    #   up), the growth rule's figures: hold_time (running median) and create_time (running
+    #   average) in seconds, nil before the first checkin / creation, and idle_share (running
+    #   median of the share of a resource's cycle it lay idle handed to a waiter, 0.0 before the
+    #   first); and with `adaptive: true` the adaptive limit's: latency (the last round's mean
+    #   hold) and baseline_latency (the lowest), seconds, nil before the first round
     def statistics
       @mutex.synchronize do
-        {
+        stats = {
           size: @size, idle: @idle.size, busy: @busy.size, waiting: @waiting, limit: @limit,
-          created: @created, retired: @retired, discarded: @discarded, checkouts: @checkouts, timeouts: @timeouts,
-          hold_time: @hold_time, idle_share: @idle_share, create_time: @create_time
+          in_flight_limit: @in_flight_limit, created: @created, retired: @retired, discarded: @discarded,
+          checkouts: @checkouts, timeouts: @timeouts, hold_time: @hold_time, idle_share: @idle_share,
+          create_time: @create_time
         }
+        stats.update(latency: @adaptive.latency, baseline_latency: @adaptive.baseline) if @adaptive
+        stats
       end
     end
 
@@ -349,14 +361,16 @@ module Weft
         deadline = nil
         watched = false # whether this checkout watched at some point
         begin
-          until (entry = @idle.pop) || (can_create = @size < @limit && @creating < @max_creating) && grow?
+          # Admitted below the in-flight limit only (below `limit` it is the adaptive one).
+          until ((admitted = @busy.size + @creating < @in_flight_limit) && (entry = @idle.pop)) ||
+                ((can_create = admitted && @size < @limit && @creating < @max_creating) && grow?)
             deadline ||= started && Deadline.new(started + timeout, timeout)
             wait = deadline&.remaining
             if wait && wait <= 0
               break if can_create # time is up, but the pool may grow: no TimeoutError below the limit
 
               @timeouts += 1
-              raise TimeoutError, "no resource free in the pool within #{timeout}s (limit #{@limit})"
+              raise TimeoutError, "no resource free in the pool within #{timeout}s (#{limit_description})"
             end
             if can_create && !@watched
               watching = watched = @watched = true
@@ -397,6 +411,7 @@ module Weft
           end
           entry.uses += 1
           @busy[entry.resource] = entry
+          entry.in_flight = @busy.size
         else
           @size += 1
           @creating += 1
@@ -448,6 +463,38 @@ module Weft
       (@waiting + 2) * @hold_time > 2 * busy * @create_time
     end
 
+    # Under the lock: gives the adaptive limit a hold that ended (returned or discarded), and
+    # when the limit rose, wakes as many waiters more as it rose by: they may go now. (Not all
+    # of them: a burst can have a thousand waiting.)
+    # @return [Boolean] whether it woke any (else the caller wakes one, for the resource)
+    def sample_latency(entry, now, discarded)
+      rose = @adaptive.sample(entry.taken_at, now, entry.in_flight, discarded)
+      @in_flight_limit = @adaptive.limit
+      return false if rose.zero?
+      [rose + 1, @waiting].min.times { @available.signal }
+      true
+    end
+
+    # #discard; `sample` says whether its hold was one (not a checkout's own check rejecting an
+    # idle resource, see #usable?).
+    def retire_broken(resource, sample)
+      return forget_parent_resources if ForkHandler.generation != @generation
+      held = @mutex.synchronize do
+        next false unless (entry = @busy.delete(resource))
+        @size -= 1
+        @discarded += 1
+        @available.signal unless sample && @adaptive && sample_latency(entry, Timers.now, true)
+        true
+      end
+      close_resource(resource) if held
+      nil
+    end
+
+    # For the TimeoutError's message.
+    def limit_description
+      @in_flight_limit < @limit ? "limit #{@limit}, #{@in_flight_limit} at once (adaptive)" : "limit #{@limit}"
+    end
+
     # Under the lock: moves the running median of the share of a resource's cycle (its last
     # hold and the hand-off after it) that it lay idle, handed to a waiter not yet running.
     def sample_idle_share(idle, held)
@@ -494,10 +541,10 @@ module Weft
       rescue StandardError
         false
       rescue Exception # rubocop:disable Lint/RescueException
-        discard(entry.resource)
+        retire_broken(entry.resource, false)
         raise
       end
-      discard(entry.resource) unless ok
+      retire_broken(entry.resource, false) unless ok
       ok
     end
 
@@ -512,7 +559,7 @@ module Weft
       now = Timers.now
       @mutex.synchronize do
         @created += 1
-        @busy[resource] = Entry.new(resource, now, now, 1, now, Pool.spread_factor)
+        @busy[resource] = Entry.new(resource, now, now, 1, now, Pool.spread_factor, nil, @busy.size + 1)
         @creating -= 1
         took = now - started
         @create_time = @create_time ? @create_time + (took - @create_time) * CREATE_WEIGHT : took
