@@ -7,6 +7,8 @@
 #   strace -c -f -o trace.txt bundle exec ruby bench/postgres/pool_profile.rb 5 # + syscalls
 #   perf record -g bundle exec ruby bench/postgres/pool_profile.rb 5            # + C-level profile
 #   WEFT_STACKPROF=out.dump bundle exec ruby bench/postgres/pool_profile.rb 5   # + Ruby-level profile
+#     (WEFT_STACKPROF_INTERVAL=50: sample every 50 µs of CPU rather than 200)
+#   WEFT_CALLS=1 bundle exec ruby bench/postgres/pool_profile.rb 1              # + method calls per statement
 #   WEFT_COUNT=1 bundle exec ruby bench/postgres/pool_profile.rb 5               # + events per statement
 #   WEFT_BUSY=2 bundle exec ruby bench/postgres/pool_profile.rb 5                # on a busy reactor
 #   WEFT_ALLOCATIONS=1 bundle exec ruby bench/postgres/pool_profile.rb 2         # + objects by site
@@ -21,6 +23,12 @@
 # With WEFT_COUNT set it counts, per statement, fiber switches and calls of the reactor's and
 # pg's methods that a statement's trip goes through (TracePoints slow the run down; the counts
 # are what matters). DATABASE_URL picks the server (a private throwaway cluster otherwise, see support.rb).
+# With WEFT_CALLS set it counts every method call per statement (Ruby methods, C functions and
+# blocks, by TracePoint, which makes the run far slower: the counts are what matters), and how
+# many of them are the operators and Array/Hash accessors the VM runs without a call unless
+# traced (Integer#+, Array#size, Hash#[]...): the rest is what a statement's trip costs in calls,
+# a figure that the machine's load does not move. The stall check is switched off for the run
+# (Pool::STALL_AFTER raised: a traced round takes longer than 2 ms).
 # With WEFT_ALLOCATIONS set it lists the objects allocated per statement by class and site
 # (ObjectSpace's allocation tracing, with the GC off while measuring: keep the run short; an
 # object made in C is charged to the Ruby line that called into C).
@@ -56,14 +64,14 @@ module PostgresBench
       count, = PoolBench.select_one_loop(pool, seconds, unique: ENV["WEFT_UNIQUE"] == "1") do |measured|
         busy = Busy.new(Integer(ENV.fetch("WEFT_BUSY", 0)), Float(ENV.fetch("WEFT_SPIN_MS", 5)) / 1000)
         before = snapshot
-        counts = counted { profiled { traced { measured.call } } }
+        counts = counted { profiled { traced { calls_counted { measured.call } } } }
         busy.stop
         figures = delta(before, snapshot)
         figures[:spun] = busy.cpu
       end
       report(count, figures, pool.statistics) +
         counts.map { |name, n| format("%-30s %.2f per statement\n", name, n.to_f / count) }.join +
-        allocation_sites(count)
+        allocation_sites(count) + call_counts(count)
     ensure
       pool&.close
     end
@@ -127,7 +135,7 @@ module PostgresBench
       path = ENV["WEFT_STACKPROF"]
       return yield unless path
       require "stackprof"
-      StackProf.run(mode: :cpu, interval: 200, raw: true, out: path, &block)
+      StackProf.run(mode: :cpu, interval: Integer(ENV.fetch("WEFT_STACKPROF_INTERVAL", 200)), raw: true, out: path, &block)
     end
 
     # Runs the block with allocation tracing on and the GC off (when WEFT_ALLOCATIONS is set), so
@@ -155,6 +163,52 @@ module PostgresBench
       sites.sort_by { |_, n| -n }.filter_map do |site, n|
         format("%.2f %s\n", n.to_f / statements, site) if n >= statements / 100
       end.join.prepend("objects allocated per statement by site:\n")
+    end
+
+    # The calls that the VM makes without a method call unless a TracePoint watches (specialized
+    # instructions), which WEFT_CALLS counts apart.
+    INLINED_CALLS = %w[
+      Integer#+ Integer#- Integer#< Integer#> Integer#<= Integer#>= Integer#== Float#+ Float#- Float#<
+      Float#> Float#<= Float#>= Array#size Array#[] Array#empty? Array#<< Kernel#nil? NilClass#nil?
+      BasicObject#! BasicObject#== BasicObject#!= Hash#[] Hash#[]= Hash#empty? Hash#size Symbol#==
+    ].freeze
+
+    # Runs the block counting every call by method (when WEFT_CALLS is set), with the stall check
+    # off (see the file's comment).
+    def calls_counted
+      return yield unless ENV["WEFT_CALLS"]
+      stall_after = Weft::Postgres::Pool::STALL_AFTER
+      silence_constant_redefinition { Weft::Postgres::Pool.const_set(:STALL_AFTER, 3600.0) }
+      @calls = Hash.new(0)
+      point = TracePoint.new(:call, :c_call, :b_call) do |trace|
+        @calls[trace.event == :b_call ? "(block)" : "#{trace.defined_class}##{trace.method_id}"] += 1
+      end
+      point.enable
+      yield
+    ensure
+      point&.disable
+      silence_constant_redefinition { Weft::Postgres::Pool.const_set(:STALL_AFTER, stall_after) } if stall_after
+    end
+
+    def silence_constant_redefinition
+      verbose = $VERBOSE
+      $VERBOSE = nil
+      yield
+    ensure
+      $VERBOSE = verbose
+    end
+
+    # @return [String] calls per statement (WEFT_CALLS): all, those the VM inlines untraced, the
+    #   rest, and the methods called 0.5 times or more per statement
+    def call_counts(statements)
+      return "" unless @calls
+      per = ->(n) { n.to_f / statements }
+      total = @calls.values.sum
+      inlined = @calls.sum { |name, n| INLINED_CALLS.include?(name) ? n : 0 }
+      top = @calls.reject { |name, _| INLINED_CALLS.include?(name) }.select { |_, n| per[n] >= 0.5 }.sort_by { |_, n| -n }
+      format("calls per statement: %.1f, of which %.1f inlined untraced: %.1f calls\n",
+             per[total], per[inlined], per[total - inlined]) +
+        top.map { |name, n| format("  %6.2f %s\n", per[n], name) }.join
     end
 
     # Runs the block counting fiber switches and calls of COUNTED (when WEFT_COUNT is set).

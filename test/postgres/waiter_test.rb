@@ -91,4 +91,30 @@ class PostgresWaiterTest < Minitest::Test
     @lock.synchronize { @waiter.signal }
     assert_equal :woken, thread.value
   end
+
+  # A Waiter keeps the reactor it parked on (Waiter#wait); the same Waiter on another reactor
+  # later, or outside any, must still sleep there and be woken.
+  def test_one_waiter_on_a_reactor_then_outside_one_then_on_another
+    woken = []
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    2.times do |round|
+      woken << Weft.run do
+        sleeper = Weft.spawn { @lock.synchronize { @waiter.wait(@lock, 5) } }
+        Weft.spawn { @lock.synchronize { @waiter.signal } }.wait
+        sleeper.wait
+        :"reactor_#{round}"
+      end
+      next unless round.zero?
+
+      thread = Thread.new do
+        @lock.synchronize { @waiter.wait(@lock, 5) }
+        :outside
+      end
+      sleep 0.01 until thread.status == "sleep"
+      @lock.synchronize { @waiter.signal }
+      woken << thread.value
+    end
+    assert_equal %i[reactor_0 outside reactor_1], woken
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 4, "a wait ran into its timeout"
+  end
 end

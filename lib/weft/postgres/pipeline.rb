@@ -224,8 +224,12 @@ module Weft
       # @return [Boolean]
       def stalled?(now, stall_after)
         return true if @slow_in_flight > 0 # not #positive?: a C method that looks `>` up on every call
-        head = @queue.first or return false
-        now - segment_start(head) > stall_after
+        head = @queue[0] or return false
+        # #segment_start, inlined as in #load: the pool asks this for every statement
+        started = head.sent_at
+        progress = @progress_at
+        started = progress if progress && progress > started
+        now - started > stall_after
       end
 
       # The statement known to run long that this pipeline carries and nothing else, while the
@@ -256,7 +260,8 @@ module Weft
       # (#flush).
       # @raise [PG::Error] when libpq refuses it (nothing is queued then)
       def submit(request)
-        sync if request.alone && @unsynced > 0
+        alone = request.alone
+        sync if alone && @unsynced > 0
         if @statements.nil? || request.unnamed
           @raw.send_query_params(request.sql, request.params)
         else
@@ -264,13 +269,12 @@ module Weft
         end
         @segment_sent_at = Timers.now if @unsynced == 0
         request.sent_at = @segment_sent_at
-        request.segment_end = false
         @queue << request
         @slow_in_flight += 1 if request.slow
         @unsynced += 1
         @unwritten += 1
-        sync if request.alone
-        schedule_flush
+        sync if alone
+        schedule_flush unless @flush_scheduled # (a call saved for all but a turn's first statement)
         flush_held if @held && @unwritten >= @hold_for
       rescue PG::Error, IOError, SystemCallError => e
         # Refused with part of it sent (a prelude), libpq's queue and @queue no longer match.
@@ -285,7 +289,7 @@ module Weft
       # the statement running, without the caller waiting for that.
       # @return [PG::Result]
       def await(request)
-        wait_for(request.condition, nil, request) { request.settled? }
+        wait_for(request.condition, nil, request) # no block: it waits until `request` is settled
         request.value
       end
 
@@ -484,38 +488,41 @@ module Weft
         flush
       end
 
-      # Waits until the block is true, reading results meanwhile if nobody else is.
+      # Waits until `request` is settled, or, without one, until the block is true, reading
+      # results meanwhile if nobody else is. A statement's caller (#await) passes no block: a
+      # block made and called for every statement, and again by #lead for every result it
+      # reads, cost more than the check itself on Ruby 3.1.
       # @param deadline [Deadline, nil] when to give up
       # @param request [Request, nil] the statement in flight the caller waits for (its
       #   `condition`): the caller counts as waiting here while that is in flight, and abandons
-      #   it if it leaves first; nil: the caller waits for something else
+      #   it if it leaves first; nil: the caller waits for something else (the block)
       # @return [Boolean] false if the deadline passed first
-      def wait_for(condition, deadline = nil, request = nil)
+      def wait_for(condition, deadline = nil, request = nil, &done)
         @in_wait += 1
         @other_waiters[condition] = true unless request
-        until yield
+        until request ? request.settled? : yield
           return false if deadline&.expired?
           # With nothing in flight there is nothing to read: a cancel request is under way, and
           # its end wakes every waiter.
           if @reader || in_flight_none?
             condition.wait(@lock, deadline&.remaining)
           else
-            lead(condition, deadline) { yield }
+            lead(condition, deadline, request, &done)
           end
         end
-        true
+        finished = true
       ensure
         @in_wait -= 1
         if request.nil?
           @other_waiters.delete(condition)
-        elsif !request.settled?
+        elsif !finished && !request.settled? # (`finished`: its request is settled, no call to ask)
           # The caller was interrupted (its deadline passed, it was cancelled or timed out): it
           # abandons its statement, and from then on no longer counts as waiting here.
           request.abandon
           @abandoned += 1
           abandoned = true
         end
-        leave
+        leave unless @reader # (as #leave begins: the call saved while another caller reads)
         cancel_abandoned_head if abandoned
       end
 
@@ -574,8 +581,8 @@ module Weft
         @queue.empty? && @segment.empty?
       end
 
-      # Reads results until the block is true (or the deadline passes), as the connection's
-      # reader.
+      # Reads results until `request` is settled, or without one until the block is true (or
+      # the deadline passes), as the connection's reader (see #wait_for).
       #
       # A caller that becomes the reader while the end-of-turn flush is armed (#schedule_flush:
       # statements were submitted in this turn, its own maybe among them) does not flush
@@ -586,10 +593,10 @@ module Weft
       # end-of-turn flush came first). The statements count as sent when they are written
       # (#mark_written), not while they sat in libpq's buffer, so the reactor's work on other
       # fibers meanwhile is not taken for the server's time (SlowStatements).
-      def lead(condition, deadline)
+      def lead(condition, deadline, request)
         @reader = condition
         deferred = @flush_scheduled
-        until yield
+        until request ? request.settled? : yield
           if deferred
             deferred = false
             events = IO::READABLE | IO::WRITABLE
@@ -599,7 +606,7 @@ module Weft
           end
           settle_ready
           # Nothing in flight: nothing to read (the caller waits for a cancel request instead).
-          break if yield || in_flight_none? || deadline&.expired?
+          break if (request ? request.settled? : yield) || in_flight_none? || deadline&.expired?
           wait_and_read(events, deadline&.remaining)
         end
       rescue PG::Error, IOError, SystemCallError => e
@@ -644,7 +651,7 @@ module Weft
       # Takes every result libpq has complete without waiting (ResultReader), and settles the
       # statements of each segment whose sync point came back.
       def settle_ready
-        return if @syncs.zero?
+        return if @syncs == 0 # not #zero?, a method call on 3.1 (and below: this runs per result)
         results = @results
         failed = READER.take(@raw, results, @syncs)
         queue = @queue
@@ -671,7 +678,7 @@ module Weft
           elsif (request = queue[0])
             next prelude_result(request, result) if request.prelude
             request.result ? result.clear : request.result = result
-            next if failed.zero? || SUCCEEDED.include?(result.result_status)
+            next if failed == 0 || SUCCEEDED.include?(result.result_status)
             @clean = false
             raise PG::ConnectionBad, result.error_message if @raw.status != PG::CONNECTION_OK
           end
@@ -794,6 +801,7 @@ module Weft
         request.prelude = nil
         request.prelude_failed = false
         request.exposed = @cancelling
+        request.segment_end = false # (a new request's is, Request#reset)
         request.resent += 1
         request.alone = true if request.resent > 1
         submit(request)

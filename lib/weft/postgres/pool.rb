@@ -585,11 +585,13 @@ module Weft
         raise PoolClosed, "the pool is closed" if @closed
         @lock.lock
         begin
-          outcome = take_unpressed || pipelined(sql, params, alone)
+          # (#take_unpressed's first condition asked here: a call saved once connections are shared)
+          connection = take_unpressed if @shared.empty?
+          result = pipelined(sql, params, alone) unless connection
         ensure
           @lock.unlock
         end
-        outcome.is_a?(Connection) ? run_alone(outcome, sql, params) : outcome
+        connection ? run_alone(connection, sql, params) : result
       end
 
       # A caller of #query waiting for a pipeline slot; `woken` while a wake-up is on its way
@@ -609,7 +611,8 @@ module Weft
       # @param long_for [Float, nil] seconds the statement is known to run, nil unless known to
       #   run long (#behind_slow)
       def shared_pipeline(long_for)
-        # Most callers find room at once: no line to join, no wake-up to hand on.
+        # Most callers find room at once: no line to join, no wake-up to hand on. (#pipelined
+        # looks first: nearly all come here only to wait.)
         pipeline = free_pipeline(nil, long_for)
         return pipeline if pipeline
 
@@ -774,15 +777,19 @@ module Weft
       def pipelined(sql, params, alone)
         request = Request.take(sql, params)
         request.alone = true if alone
-        if @slow_statements.slow?(sql)
+        if (slow = @slow_statements.slow?(sql))
           request.slow = true
           request.alone = true
         end
-        pipeline = shared_pipeline(request.slow ? @slow_statements.seconds(sql) : nil)
+        long_for = @slow_statements.seconds(sql) if slow
+        # Most callers find room at once (#shared_pipeline's first look, asked here first: a
+        # call saved on every statement)
+        pipeline = free_pipeline(nil, long_for) || shared_pipeline(long_for)
         begin
           pipeline.submit(request)
         ensure
-          pass_slot_on # now that this statement took its place
+          # now that this statement took its place (the call saved when nobody waits in line)
+          pass_slot_on unless @slot_queue.empty? && @pin_queue.empty?
         end
         Trace.event(:submit, pipeline.connection, "#{request.object_id}#{'/slow' if request.slow}") if Trace::ON
         @queries += 1

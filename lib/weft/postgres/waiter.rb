@@ -18,6 +18,7 @@ module Weft
       def initialize
         @fiber = nil     # the fiber parked in #wait on Weft's reactor, until woken
         @scheduler = nil # that fiber's reactor
+        @thread = nil    # that reactor's thread
         @condition = nil # for waiters elsewhere
       end
 
@@ -30,12 +31,14 @@ module Weft
       def wait(lock, timeout = nil)
         scheduler = Fiber.scheduler
         fiber = Fiber.current
-        unless scheduler.is_a?(Scheduler) && !fiber.blocking?
+        # A Waiter serves one fiber (its Request's) on one reactor, nearly always: the reactor
+        # is kept, and known to be Weft's, from its first wait there.
+        known = @scheduler&.equal?(scheduler) || (scheduler.is_a?(Scheduler) && remember(scheduler))
+        unless known && !fiber.blocking?
           (@condition ||= Thread::ConditionVariable.new).wait(lock, timeout)
           return
         end
 
-        @scheduler = scheduler
         @fiber = fiber
         lock.unlock
         begin
@@ -46,15 +49,30 @@ module Weft
         end
       end
 
+      # Keeps `scheduler` as the reactor this waiter parks on.
+      # @return [true]
+      def remember(scheduler)
+        @scheduler = scheduler
+        @thread = scheduler.thread
+        true
+      end
+      private :remember
+
       # Wakes the waiter, if one waits; called with the lock held. A waiter on Weft's reactor
       # runs on the reactor's next turn (from another thread: once the reactor has taken the
-      # wake-up, see Scheduler#wake_from_any_thread).
+      # wake-up, see Scheduler#wake_from_any_thread). On the reactor's own thread, where a
+      # pipeline's reader wakes the callers of every statement it settles, it goes to
+      # Scheduler#wake without the detour.
       # @return [void]
       def signal
         fiber = @fiber
         if fiber
           @fiber = nil
-          @scheduler.wake_from_any_thread(fiber, self)
+          if Thread.current.equal?(@thread)
+            @scheduler.wake(fiber, true, self)
+          else
+            @scheduler.wake_from_any_thread(fiber, self)
+          end
         else
           @condition&.signal
         end
