@@ -82,7 +82,30 @@ class RingpoolDashboardTest < Minitest::Test
     assert_equal 1, document["shards"].sum { |shard| shard["owned_pools"] }
   end
 
+  # Each dashboard document asks every peer for its report: requests that come together share
+  # one document. 40 at once made 40 peer calls before (with 2 shards: one each); now a
+  # handful, however the kernel spreads the connections over the two shards.
+  def test_dashboard_requests_at_once_share_the_peer_calls
+    wait_until(10, "both shards on the dashboard") { api(@port, :get, "/dashboard.json").last["shards"].size == 2 }
+    sleep Ringpool::Shard::DASHBOARD_TTL + 0.1 # the documents made while waiting are stale
+    before = peer_requests
+    Array.new(40) { Thread.new { api(@port, :get, "/dashboard.json") } }.map(&:value).each do |status, body|
+      assert_equal 200, status
+      assert_equal 2, body["shards"].size
+    end
+    made = peer_requests - before
+    assert_operator made, :>=, 1
+    assert_operator made, :<=, 12, "40 dashboard requests at once made #{made} peer calls"
+  end
+
   private
+
+  # Calls every shard made to its peers so far (their /health, on each shard's own socket).
+  def peer_requests
+    Array.new(2) { |index| @cluster.shard_health(index) }.sum do |health|
+      health.fetch("peers").values.sum { |peer| peer.fetch("requests") }
+    end
+  end
 
   def text(browser, id)
     browser.find_element(id: id).text

@@ -36,6 +36,8 @@ module Ringpool
       @metrics = Metrics.new
       @ownership = nil
       @url = nil
+      @dashboard = nil # a Weft::Promise of the last dashboard document (#dashboard)
+      @dashboard_made_at = nil
     end
 
     # @return [API] the public Rack app
@@ -185,17 +187,30 @@ module Ringpool
       { "health" => health, "metrics" => @metrics.snapshot }
     end
 
+    # Seconds a dashboard document answers requests after it was made (#dashboard).
+    DASHBOARD_TTL = 0.5
+
     # The dashboard document (Dashboard.summarize): this shard's report and every live peer's,
     # asked all at once, each given at most a second; a peer that does not answer is listed as
-    # unreachable.
+    # unreachable. Shared by every request that asks while it is being made or within
+    # DASHBOARD_TTL after: each making asks every peer, so a client polling GET /dashboard.json
+    # hard made the whole cluster work for every one of its requests (with N shards, N - 1 peer
+    # calls each). The page refreshes once a second.
     # @return [Hash]
     def dashboard
-      reports = { @url.to_s => report }
-      reports.merge!(@fan_out.reports(@fan_out.peer_urls - [@url]))
-      shards = reports.sort.map do |url, reported|
-        reported ? shard_status(reported["health"]) : { "shard" => url, "status" => "unreachable", "peers" => [] }
+      making = @dashboard
+      return making.wait if making && (making.pending? || monotonic_now - @dashboard_made_at < DASHBOARD_TTL)
+      promise = @dashboard = Weft::Promise.new
+      begin
+        document = assemble_dashboard
+      rescue StandardError => e
+        @dashboard = nil
+        promise.reject(e)
+        raise
       end
-      Dashboard.summarize(reports.values.compact.map { |reported| reported["metrics"] }, shards, @metrics.now)
+      @dashboard_made_at = monotonic_now
+      promise.fulfill(document)
+      document
     end
 
     # @return [Hash] for GET /health
@@ -207,6 +222,20 @@ module Ringpool
     end
 
     private
+
+    # #dashboard's document, made afresh.
+    def assemble_dashboard
+      reports = { @url.to_s => report }
+      reports.merge!(@fan_out.reports(@fan_out.peer_urls - [@url]))
+      shards = reports.sort.map do |url, reported|
+        reported ? shard_status(reported["health"]) : { "shard" => url, "status" => "unreachable", "peers" => [] }
+      end
+      Dashboard.summarize(reports.values.compact.map { |reported| reported["metrics"] }, shards, @metrics.now)
+    end
+
+    def monotonic_now
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
 
     # Migrates once, ticks ownership, writes counters; within a bound. A failure is
     # tried again next time (PostgreSQL down at boot, say); it is logged when it starts (or
