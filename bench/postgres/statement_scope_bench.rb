@@ -8,8 +8,11 @@
 #   ruby -Ilib bench/postgres/statement_scope_bench.rb [iterations] [rounds] [test]
 #
 # `test` is what is timed: session_state (the default), transaction_role (what Pool#query asks
-# of every statement: StatementScope.transaction_role), or begin_regexp (what Pool#query asked
-# before that: its own BEGIN regexp, for comparison).
+# of every statement: StatementScope.transaction_role), begin_regexp (what Pool#query asked
+# before that: its own BEGIN regexp, for comparison), adapter (what the ActiveRecord adapter and
+# Pool#query_stateless ask of an unfrozen text: the adapter's own test, then transaction_end?)
+# or adapter_before (the same test, then Pool#query's transaction_role, as before
+# query_stateless: the session test ran twice).
 #
 # Give another lib/ with -I to measure another version of the file (before/after a change; one
 # from before it moved to lib/weft/postgres/ too).
@@ -30,6 +33,8 @@ SQL = [
   %(SELECT "authors".* FROM "authors" WHERE "authors"."id" = 17),
   "SELECT pg_sleep(0.05)"
 ].map(&:freeze).freeze
+# The adapters' texts are built per call: unfrozen, so transaction_role remembers nothing.
+UNFROZEN = SQL.map(&:dup).freeze
 
 scope =
   if defined?(Weft::Postgres::StatementScope)
@@ -41,8 +46,8 @@ iterations = Integer(ARGV[0] || 200_000)
 rounds = Integer(ARGV[1] || 5)
 test = ARGV[2] || "session_state"
 BEGIN_REGEXP = /\A\s*(?:begin|start\s+transaction)\b/i # Pool::TRANSACTION_START until it used StatementScope
-abort "unknown test #{test}: session_state, transaction_role or begin_regexp" unless
-  %w[session_state transaction_role begin_regexp].include?(test)
+TESTS = %w[session_state transaction_role begin_regexp adapter adapter_before].freeze
+abort "unknown test #{test}: #{TESTS.join(', ')}" unless TESTS.include?(test)
 raise "a statement of the app counts as session state" if SQL.any? { |sql| scope.session_state?(sql) }
 
 puts "#{RUBY_DESCRIPTION}, #{$LOADED_FEATURES.grep(/statement_scope/).first}, #{test}"
@@ -54,6 +59,10 @@ rounds.times do
     case test
     when "session_state" then SQL.each { |sql| scope.session_state?(sql) }
     when "transaction_role" then SQL.each { |sql| scope.transaction_role(sql) }
+    when "adapter"
+      UNFROZEN.each { |sql| scope.transaction_statement?(sql) || scope.session_state?(sql) || scope.transaction_end?(sql) }
+    when "adapter_before"
+      UNFROZEN.each { |sql| scope.transaction_statement?(sql) || scope.session_state?(sql) || scope.transaction_role(sql) }
     else SQL.each { |sql| sql.match?(BEGIN_REGEXP) }
     end
     i += 1
