@@ -20,6 +20,24 @@ class ForkTest < Minitest::Test
 
   # In a script of its own, like the tests below that fork without a block: were the child to
   # run the parent's reactor, it would go on with the parent's code, here the test runner.
+  # In the child, another thread's reactor is a copy nothing runs: closing an IO that one of
+  # its tasks waited on in the parent closes it (it waited forever for that reactor to take
+  # the close: "No live threads left"), and the parent's task still reads.
+  def test_a_child_closes_an_io_a_copied_reactor_of_another_thread_waited_on
+    reader, writer = IO.pipe
+    parent_reactor = Thread.new { Weft.run { reader.read(1) } }
+    100.times { Weft::Scheduler.waiting_elsewhere(reader, nil) ? break : sleep(0.01) }
+    pid = fork { reader.close; exit!(reader.closed? ? 0 : 1) }
+    _, status = Process.wait2(pid)
+    assert status.success?, "the child closed the IO and exited (#{status.inspect})"
+    writer.write("x")
+    assert parent_reactor.join(5)
+    assert_equal "x", parent_reactor.value
+  ensure
+    parent_reactor&.kill
+    [reader, writer].each { |io| io&.close }
+  end
+
   def test_a_child_runs_a_reactor_of_its_own_while_the_parents_goes_on
     out, err, status = run_script(<<~'RUBY')
       require "weft"

@@ -288,6 +288,82 @@ class SchedulerTest < Minitest::Test
     assert_equal [IOError] * 3 + [NilClass], outcomes.map(&:class), outcomes.inspect
   end
 
+  # Closed on another thread, an IO a task read made Ruby raise its own IOError into the
+  # reactor's loop (Weft.run raised "stream closed in another thread", the other tasks lost), and
+  # one a task waited on with wait_readable went unnoticed (Weft.run hung). The close is done on
+  # the reactor's thread: the waiting tasks get IOError, the others finish, and the closing
+  # thread returns once the IO is closed.
+  def test_closing_on_another_thread_raises_ioerror_only_in_the_tasks_waiting_on_the_io
+    pipe_reader, pipe_writer = IO.pipe
+    left, right = UNIXSocket.pair
+    closer_saw = nil
+    reactor = Thread.new do
+      Weft.run do
+        reading = Weft.spawn { pipe_reader.read(1) }
+        waiting = Weft.spawn { left.wait_readable }
+        sleeper = Weft.spawn { 4.times { sleep 0.05 }; :slept }
+        sleep 0.05
+        Thread.new do
+          pipe_reader.close
+          left.close
+          closer_saw = [pipe_reader.closed?, left.closed?]
+        end.join
+        [reading, waiting, sleeper].map { |task| (task.wait rescue $!) }
+      end
+    end
+    assert reactor.join(5), "Weft.run ended within 5 s"
+    outcomes = reactor.value
+    assert_equal [IOError, IOError, :slept], outcomes.map { |o| o.is_a?(Exception) ? o.class : o }, outcomes.inspect
+    assert_equal [true, true], closer_saw
+  ensure
+    reactor&.kill
+    [pipe_writer, right].each { |io| io&.close }
+  end
+
+  # The closer may be a task of a reactor of its own, on its thread: it waits for the close
+  # without blocking its reactor, and the reactor whose task waited on the IO goes on.
+  def test_a_task_of_another_reactor_closing_an_io_waits_for_the_close_without_blocking
+    reader, writer = IO.pipe
+    waiter_started = Thread::Queue.new
+    waiter = Thread.new do
+      Weft.run do
+        task = Weft.spawn { reader.read(1) }
+        sleep 0.02
+        waiter_started << true
+        [(task.wait rescue $!).class, Weft.spawn { sleep 0.05; :after }.wait]
+      end
+    end
+    waiter_started.pop
+    ticks = 0
+    Weft.run do
+      ticker = Weft.spawn { 5.times { sleep 0.01; ticks += 1 } }
+      reader.close
+      ticker.wait
+    end
+    assert waiter.join(5), "the reactor whose task waited on the IO ended"
+    assert_equal [IOError, :after], waiter.value
+    assert_equal 5, ticks
+  ensure
+    writer&.close
+  end
+
+  # A close handed to a reactor that closes before its loop takes it is done as the reactor
+  # closes (its caller would wait forever otherwise), and a reactor that has closed refuses
+  # the hand-off, so that the caller closes the IO itself.
+  def test_a_close_handed_to_a_closing_reactor_is_done_and_a_closed_one_refuses_it
+    reader, writer = IO.pipe
+    scheduler = Weft::Scheduler.new
+    outcome = scheduler.close_from_any_thread(reader)
+    refute reader.closed?
+    scheduler.close
+    assert reader.closed?
+    assert_nil outcome.pop
+    assert_nil scheduler.close_from_any_thread(writer)
+    refute_includes [Weft::Scheduler.waiting_elsewhere(writer, nil)], scheduler
+  ensure
+    writer&.close
+  end
+
   # Cancel, then close, in one turn (the server's shutdown of its accept loops): the task ends
   # cancelled, by the cancellation on its way, not failed with the IOError of the close.
   def test_a_task_cancelled_and_then_closed_on_ends_cancelled

@@ -12,12 +12,24 @@ module Weft
   # raises IOError into the fibers waiting on the IO through Scheduler#io_wait (see
   # Scheduler#io_closing). Waits that bypass #io_wait (the server's coarse waits, Readiness)
   # are their owners' to end.
+  #
+  # Closed on another thread, an IO a reactor's fiber waits on made Ruby raise its own IOError
+  # into whatever fiber that reactor ran next (ending Weft.run), or went unnoticed: such a close
+  # is done on the reactor's thread instead (Scheduler#close_from_any_thread), and the closing
+  # thread waits for it.
   module IOCloseNotice
     # IO#close; see the module comment.
     def close
       scheduler = Fiber.scheduler
-      return super unless scheduler.is_a?(Scheduler)
-      scheduler.io_closing(self) { super }
+      scheduler = nil unless scheduler.is_a?(Scheduler)
+      if (elsewhere = Scheduler.waiting_elsewhere(self, scheduler)) &&
+         (outcome = elsewhere.close_from_any_thread(self))
+        failure = outcome.pop
+        raise failure if failure
+
+        return nil
+      end
+      scheduler ? scheduler.io_closing(self) { super } : super
     end
   end
 end

@@ -253,6 +253,26 @@ module Weft
       end
     end
 
+    # The reactors open in this process (at most one per thread), for IO#close on one thread to
+    # find another thread's reactor that waits on the IO (see #close_from_any_thread). Replaced
+    # whole under LIVE_LOCK, read without it.
+    @live = [].freeze
+    LIVE_LOCK = Thread::Mutex.new
+
+    class << self
+      # @api private: the open reactor other than `except` in which a fiber waits on `io` through
+      # #io_wait, or nil. One whose thread is gone is passed over: in the child of a fork, the
+      # other threads' reactors are copies that nothing runs.
+      def waiting_elsewhere(io, except)
+        @live.find { |reactor| !reactor.equal?(except) && reactor.waits_on?(io) && reactor.thread.alive? }
+      end
+
+      # @api private: `reactor` opened (true) or closed (false)
+      def live(reactor, open)
+        LIVE_LOCK.synchronize { @live = (open ? [*@live, reactor] : @live - [reactor]).freeze }
+      end
+    end
+
     # @return [Timers] the reactor's timers; their callbacks run in the loop fiber
     attr_reader :timers
     # @return [Thread] the thread the reactor runs on
@@ -320,6 +340,7 @@ module Weft
       # The IOs fibers wait on in #io_wait, each mapped to its fiber (an Array of them when
       # several wait on one IO): IO#close raises IOError into them (see #io_closing).
       @io_waiters = {}.compare_by_identity
+      Scheduler.live(self, true)
     end
 
     # --- Running -----------------------------------------------------------------------------
@@ -388,6 +409,8 @@ module Weft
     ensure
       unless @closed
         @closed = true
+        Scheduler.live(self, false)
+        close_leftover_foreign_work
         @selector.close
       end
     end
@@ -403,6 +426,7 @@ module Weft
     def process_fork
       @forked = true
       @closed = true # so that the #close that Fiber.set_scheduler calls does nothing
+      Scheduler.live(self, false)
       @selector.close
       Fiber.set_scheduler(nil)
     end
@@ -595,6 +619,38 @@ module Weft
         fiber.raise(IOError, "stream closed in another fiber") unless @raises.each_key.any? { |task| task.fiber.equal?(fiber) }
       end
       yield
+    end
+
+    # @api private: whether a fiber of this reactor waits on `io` through #io_wait (read from
+    # any thread: a lookup in a Hash compared by identity runs no Ruby code, so the GVL keeps it
+    # whole)
+    def waits_on?(io)
+      @io_waiters.key?(io)
+    end
+
+    # @api private: IO#close of `io` called on another thread while a fiber of this reactor
+    # waits on it (Weft::IOCloseNotice). Closed on that thread, Ruby raised its IOError ("stream
+    # closed in another thread") into whatever fiber this reactor's thread ran next, the loop's
+    # own included, which ended Weft.run; and a fiber waiting through IO#wait_readable was never
+    # told and waited forever. So the close is handed to this reactor's thread, where
+    # #io_closing raises IOError into exactly the fibers that wait on `io`, and the caller waits
+    # for it there: while this reactor is busy (a task that never yields), the caller waits too.
+    # @return [Thread::Queue, nil] gets nil once `io` is closed, or what the close raised; nil
+    #   if this reactor has closed (the caller then closes `io` itself)
+    def close_from_any_thread(io)
+      outcome = Thread::Queue.new
+      outcome if post_from_any_thread(ForeignClose.new(io, outcome), nil)
+    end
+
+    # An IO#close handed to the reactor's thread (see #close_from_any_thread).
+    ForeignClose = Struct.new(:io, :outcome) do
+      # Closes the IO on the current thread and hands the outcome to the waiting caller.
+      def call
+        io.close
+        outcome << nil
+      rescue Exception => e # rubocop:disable Lint/RescueException -- the caller's to handle, as if it had closed
+        outcome << e
+      end
     end
 
     # #io_wait with a timeout that needs no precision (a server connection lingering for its
@@ -1031,25 +1087,48 @@ module Weft
       end
     end
 
-    # Hands `target` (a fiber to wake, with its blocker as `argument`, or a task to cancel, with
-    # the message) to the reactor's thread.
+    # Hands `target` (a fiber to wake, with its blocker as `argument`, a task to cancel, with the
+    # message, or a ForeignClose) to the reactor's thread.
+    # @return [Boolean] false if the reactor has closed (nothing will take it)
     def post_from_any_thread(target, argument)
-      @foreign_lock.synchronize { @foreign_wakeups << [target, argument] }
+      @foreign_lock.synchronize do
+        return false if @foreign_wakeups.frozen?
+
+        @foreign_wakeups << [target, argument]
+      end
       # Queueing the drain fiber in the selector is what makes this race-free: the selector
       # looks at its ready queue immediately before it blocks, with no gap in which another
       # thread could run, and #wakeup interrupts it if it is blocked already.
       @selector.push(@foreign_drain)
       @selector.wakeup
+      true
+    end
+
+    # As the reactor closes: later posts are refused, and a close posted before that (which no
+    # turn of the loop will take now) is done here, so that its caller does not wait forever.
+    def close_leftover_foreign_work
+      leftovers = @foreign_lock.synchronize do
+        taken = @foreign_wakeups
+        @foreign_wakeups = [].freeze
+        taken
+      end
+      leftovers.each { |target, _| target.call if target.is_a?(ForeignClose) }
     end
 
     def take_foreign_wakeups
       wakeups = @foreign_lock.synchronize do
         taken = @foreign_wakeups
-        @foreign_wakeups = []
+        @foreign_wakeups = [] unless taken.frozen? # (closed: see #close_leftover_foreign_work)
         taken
       end
       wakeups.each do |target, argument|
-        target.is_a?(Task) ? target.cancel(argument) : wake(target, true, argument)
+        if target.is_a?(Task)
+          target.cancel(argument)
+        elsif target.is_a?(ForeignClose)
+          target.call
+        else
+          wake(target, true, argument)
+        end
       end
     end
 
