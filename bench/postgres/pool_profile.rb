@@ -14,6 +14,8 @@
 #   WEFT_ALLOCATIONS=1 bundle exec ruby bench/postgres/pool_profile.rb 2         # + objects by site
 #   WEFT_UNIQUE=1 bundle exec ruby bench/postgres/pool_profile.rb 5              # every text new
 #   WEFT_PIPELINING=0 bundle exec ruby bench/postgres/pool_profile.rb 5          # the unpipelined pool
+#   LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 bundle exec ruby bench/postgres/pool_profile.rb 5
+#                                                     # another malloc (docs/postgres.md, "Deployment")
 #
 # Prints statements/s, CPU microseconds of this process per statement (user and system: the
 # pool, pg, libpq, the reactor, the kernel's socket work; PostgreSQL's own work is in other
@@ -241,7 +243,18 @@ module PostgresBench
         objects allocated per statement: #{format('%.1f', figures[:allocated].to_f / count)}
         GC runs: #{figures[:gc]} (#{figures[:minor]} minor)
         pool: #{statistics.slice(:queries, :pipelined, :max_depth, :connects).map { |k, v| "#{k}=#{v}" }.join(' ')}
+        malloc: #{allocator}
       TEXT
+    end
+
+    # The allocator this process's malloc goes to: a jemalloc or tcmalloc preloaded
+    # (LD_PRELOAD; docs/postgres.md, "Deployment: the memory allocator"), else glibc's, with
+    # the MALLOC_* and GLIBC_TUNABLES settings it was given.
+    def allocator
+      maps = File.exist?("/proc/self/maps") ? File.read("/proc/self/maps") : ""
+      name = maps[/lib(jemalloc|tcmalloc\w*)\.so/, 1] || "the C library's"
+      settings = ENV.select { |key, _| key.start_with?("MALLOC_") || key == "GLIBC_TUNABLES" }
+      [name, *settings.map { |key, value| "#{key}=#{value}" }].join(" ")
     end
   end
 end
