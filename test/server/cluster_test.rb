@@ -53,19 +53,20 @@ class ServerClusterTest < Minitest::Test
   def test_phased_and_hot_restart_refuse_no_connection
     port = free_tcp_port
     with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port) do |master|
-      before = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
+      eventually(15, "two workers") { worker_pids(port).size == 2 }
+      before = child_pids(master)
 
+      middle = nil
       counts = under_load(port) do
         Process.kill("USR1", master)
-        eventually(30, "all workers replaced by USR1") { (worker_pids(port) & before).empty? }
+        middle = wait_for_replacement(master, before, port, 30, "USR1")
       end
       assert_equal ["ok"], counts.keys.map(&:to_s), "phased restart: #{counts.inspect}"
       assert_operator counts[:ok], :>, 20
 
-      middle = worker_pids(port)
       counts = under_load(port) do
         Process.kill("USR2", master)
-        eventually(40, "all workers replaced by USR2") { (worker_pids(port) & middle).empty? && worker_pids(port).size == 2 }
+        wait_for_replacement(master, middle, port, 40, "USR2")
       end
       assert_equal ["ok"], counts.keys.map(&:to_s), "hot restart: #{counts.inspect}"
       assert Process.waitpid(master, Process::WNOHANG).nil?, "the master (same pid after exec) is still running"
@@ -75,19 +76,19 @@ class ServerClusterTest < Minitest::Test
   # Keep-alive clients POSTing in a loop through both restarts: every request sent on a
   # connection the server had kept alive is answered; a worker that stops says
   # `connection: close` on its last response, and the client reconnects to another.
+  # (The clients' reconnections can leave one new worker with most of them; new connections
+  # then go to its sibling, so only the two together say that both serve: #wait_for_replacement.)
   def test_keep_alive_clients_lose_no_request_across_phased_and_hot_restarts
     port = free_tcp_port
     with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port) do |master|
-      before = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
-      counts = under_keep_alive_load(port) do |live|
+      eventually(15, "two workers") { worker_pids(port).size == 2 }
+      before = child_pids(master)
+      counts = under_keep_alive_load(port) do |live, answered_by|
         eventually(10, "clients under way") { live[:ok] >= 90 }
         Process.kill("USR1", master)
-        eventually(30, "all workers replaced by USR1") { (worker_pids(port, tries: 20) & before).empty? }
-        middle = worker_pids(port)
+        middle = wait_for_replacement(master, before, port, 30, "USR1", answered_by: answered_by)
         Process.kill("USR2", master)
-        eventually(40, "all workers replaced by USR2") do
-          (worker_pids(port, tries: 20) & middle).empty? && worker_pids(port).size == 2
-        end
+        wait_for_replacement(master, middle, port, 40, "USR2", answered_by: answered_by)
       end
       assert_equal %w[closed ok], counts.keys.map(&:to_s).sort, "restarts: #{counts.inspect}"
       assert_operator counts[:closed], :>=, 30, "keep-alive clients were moved off the old workers: #{counts.inspect}"
@@ -217,9 +218,31 @@ class ServerClusterTest < Minitest::Test
         assert_equal 2, counts.size, counts.inspect
         counts.each_value { |count| assert_operator count, :>=, 15, "uneven spread: #{counts.inspect}" }
 
-        before = worker_pids(port)
+        before = child_pids(master)
         Process.kill("USR2", master)
-        eventually(40, "workers replaced by USR2") { (worker_pids(port) & before).empty? && worker_pids(port).size == 2 }
+        wait_for_replacement(master, before, port, 40, "USR2")
+      end
+    end
+  end
+
+  # A USR1 or USR2 sent while a hot restart's new master boots (between its exec and the traps
+  # its #run sets: Ruby, Weft and the CLI loading) is dropped. Left to their default, either
+  # ended that master, and its old workers, their master gone, stopped too: nothing served.
+  # (A deploy script that sends USR2 twice; a phased restart asked for soon after a hot one.)
+  def test_a_signal_sent_while_a_hot_restarted_master_boots_does_not_end_it
+    Dir.mktmpdir do |dir|
+      log = File.join(dir, "weft.log")
+      port = free_tcp_port
+      with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port, log: log) do |master|
+        eventually(15, "two workers") { worker_pids(port).size == 2 }
+        before = child_pids(master)
+        Process.kill("USR2", master)
+        # The line is written just before the exec; Ruby's boot alone takes far longer than a look.
+        eventually(10, "the exec") { File.read(log).include?("hot restart: re-executing") }
+        Process.kill("USR1", master)
+        Process.kill("USR2", master)
+        wait_for_replacement(master, before, port, 40, "USR2")
+        assert_match(/\A\d+\z/, get_body(port))
       end
     end
   end
@@ -449,6 +472,22 @@ class ServerClusterTest < Minitest::Test
         yield port, eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
       end
     end
+  end
+
+  # Waits until `master`'s workers are two processes none of which is in `old` (those have
+  # exited: a hot restart's old workers are the new master's children until then), then until
+  # each has answered a request: one of the keep-alive clients' (`answered_by`, from
+  # #under_keep_alive_load) or of fresh connections. Fails at once if the master ends.
+  # @return [Array<Integer>] the new workers' pids
+  def wait_for_replacement(master, old, port, seconds, signal, answered_by: -> { [] })
+    workers = eventually(seconds, "all workers replaced by #{signal}") do
+      flunk("the master ended during the #{signal} restart") if Process.waitpid(master, Process::WNOHANG)
+      (pids = child_pids(master)).size == 2 && (pids & old).empty? && pids
+    end
+    eventually(10, "both workers started by #{signal} answering") do
+      (workers - answered_by.call - worker_pids(port, tries: 10)).empty?
+    end
+    workers
   end
 
   def process_alive?(pid)
