@@ -86,7 +86,8 @@ module Weft
         end.sort
       end
 
-      # Runs requests on fresh connections in a thread while the block runs.
+      # Runs requests on fresh connections in a thread while the block runs; the block gets the
+      # live counts.
       # @return [Hash] counts of :ok and failures by error class
       def under_load(port)
         counts = Hash.new(0)
@@ -103,7 +104,7 @@ module Weft
             sleep 0.002
           end
         end
-        yield
+        yield counts
         stop = true
         loader.join
         counts
