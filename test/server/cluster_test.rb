@@ -53,19 +53,22 @@ class ServerClusterTest < Minitest::Test
   def test_phased_and_hot_restart_refuse_no_connection
     port = free_tcp_port
     with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port) do |master|
-      before = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
+      eventually(15, "two workers") { worker_pids(port).size == 2 }
+      before = child_pids(master)
 
-      counts = under_load(port) do
+      middle = nil
+      counts = under_load(port) do |live|
+        eventually(10, "requests under way") { live[:ok] >= 10 }
         Process.kill("USR1", master)
-        eventually(30, "all workers replaced by USR1") { (worker_pids(port) & before).empty? }
+        middle = wait_for_replacement(master, before, port, 30, "USR1")
       end
       assert_equal ["ok"], counts.keys.map(&:to_s), "phased restart: #{counts.inspect}"
       assert_operator counts[:ok], :>, 20
 
-      middle = worker_pids(port)
-      counts = under_load(port) do
+      counts = under_load(port) do |live|
+        eventually(10, "requests under way") { live[:ok] >= 10 }
         Process.kill("USR2", master)
-        eventually(40, "all workers replaced by USR2") { (worker_pids(port) & middle).empty? && worker_pids(port).size == 2 }
+        wait_for_replacement(master, middle, port, 40, "USR2")
       end
       assert_equal ["ok"], counts.keys.map(&:to_s), "hot restart: #{counts.inspect}"
       assert Process.waitpid(master, Process::WNOHANG).nil?, "the master (same pid after exec) is still running"
@@ -75,19 +78,19 @@ class ServerClusterTest < Minitest::Test
   # Keep-alive clients POSTing in a loop through both restarts: every request sent on a
   # connection the server had kept alive is answered; a worker that stops says
   # `connection: close` on its last response, and the client reconnects to another.
+  # (The clients' reconnections can leave one new worker with most of them; new connections
+  # then go to its sibling, so only the two together say that both serve: #wait_for_replacement.)
   def test_keep_alive_clients_lose_no_request_across_phased_and_hot_restarts
     port = free_tcp_port
     with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port) do |master|
-      before = eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
-      counts = under_keep_alive_load(port) do |live|
+      eventually(15, "two workers") { worker_pids(port).size == 2 }
+      before = child_pids(master)
+      counts = under_keep_alive_load(port) do |live, answered_by|
         eventually(10, "clients under way") { live[:ok] >= 90 }
         Process.kill("USR1", master)
-        eventually(30, "all workers replaced by USR1") { (worker_pids(port, tries: 20) & before).empty? }
-        middle = worker_pids(port)
+        middle = wait_for_replacement(master, before, port, 30, "USR1", answered_by: answered_by)
         Process.kill("USR2", master)
-        eventually(40, "all workers replaced by USR2") do
-          (worker_pids(port, tries: 20) & middle).empty? && worker_pids(port).size == 2
-        end
+        wait_for_replacement(master, middle, port, 40, "USR2", answered_by: answered_by)
       end
       assert_equal %w[closed ok], counts.keys.map(&:to_s).sort, "restarts: #{counts.inspect}"
       assert_operator counts[:closed], :>=, 30, "keep-alive clients were moved off the old workers: #{counts.inspect}"
@@ -217,9 +220,31 @@ class ServerClusterTest < Minitest::Test
         assert_equal 2, counts.size, counts.inspect
         counts.each_value { |count| assert_operator count, :>=, 15, "uneven spread: #{counts.inspect}" }
 
-        before = worker_pids(port)
+        before = child_pids(master)
         Process.kill("USR2", master)
-        eventually(40, "workers replaced by USR2") { (worker_pids(port) & before).empty? && worker_pids(port).size == 2 }
+        wait_for_replacement(master, before, port, 40, "USR2")
+      end
+    end
+  end
+
+  # A USR1 or USR2 sent while a hot restart's new master boots (between its exec and the traps
+  # its #run sets: Ruby, Weft and the CLI loading) is dropped. Left to their default, either
+  # ended that master, and its old workers, their master gone, stopped too: nothing served.
+  # (A deploy script that sends USR2 twice; a phased restart asked for soon after a hot one.)
+  def test_a_signal_sent_while_a_hot_restarted_master_boots_does_not_end_it
+    Dir.mktmpdir do |dir|
+      log = File.join(dir, "weft.log")
+      port = free_tcp_port
+      with_weft(File.join(FIXTURES, "pid.ru"), "-p", port.to_s, "-o", "127.0.0.1", "-w", "2", port: port, log: log) do |master|
+        eventually(15, "two workers") { worker_pids(port).size == 2 }
+        before = child_pids(master)
+        Process.kill("USR2", master)
+        # The line is written just before the exec; Ruby's boot alone takes far longer than a look.
+        eventually(10, "the exec") { File.read(log).include?("hot restart: re-executing") }
+        Process.kill("USR1", master)
+        Process.kill("USR2", master)
+        wait_for_replacement(master, before, port, 40, "USR2")
+        assert_match(/\A\d+\z/, get_body(port))
       end
     end
   end
@@ -252,13 +277,18 @@ class ServerClusterTest < Minitest::Test
   # AcceptSpread::DELAY, not for every connection. Continued, it holds far fewer connections
   # than its sibling, and new ones go to it once its sibling waits for it again (RETRY):
   # without spreading, whichever worker the kernel wakes first takes them (measured, of 30 new
-  # connections to the continued worker: 26, 30 and 7; with it: 28, 30, 30).
+  # connections to the continued worker: 26, 30 and 7; with it: 28, 30, 30). Up to three
+  # attempts (#spread_attempts): under two busy loops the continued worker got 3 of 30.
   def test_a_stopped_worker_delays_its_sibling_once_and_then_gets_the_new_connections
-    deferred, counts, seconds = stopped_worker_scenario(true)
-    # Once, and once more per AcceptSpread::RETRY the 30 requests took.
-    assert_includes 1..(1 + (seconds / Weft::Server::AcceptSpread::RETRY).floor), deferred,
-                    "times the running worker waited for the stopped one (in #{seconds.round(2)} s)"
-    assert_operator counts[:stopped], :>=, 24, "new connections after SIGCONT: #{counts.inspect}"
+    passed, seen = spread_attempts do
+      deferred, counts, seconds = stopped_worker_scenario(true)
+      # Once, and once more per AcceptSpread::RETRY the 30 requests took.
+      waits = 1..(1 + (seconds / Weft::Server::AcceptSpread::RETRY).floor)
+      [waits.include?(deferred) && counts[:stopped] >= 24,
+       "waited for the stopped worker #{deferred} times in #{seconds.round(2)} s (expected #{waits}), " \
+       "new connections after SIGCONT #{counts.inspect} (expected 24 or more to the continued one)"]
+    end
+    assert passed, seen.join("; ")
   end
 
   # The soak's case: a worker killed, its sibling holding the keep-alive connections. New
@@ -288,40 +318,53 @@ class ServerClusterTest < Minitest::Test
   # rather than closing one of its own idle keep-alive connections to make room for it: the
   # full worker holds 4 idle connections (its sibling was stopped while they opened), and
   # three new clients arrive one by one. Each is answered by the sibling, and none of the idle
-  # connections is closed (the full worker's /stats counts none reclaimed).
+  # connections is closed (the full worker's /stats counts none reclaimed). Up to three
+  # attempts (#spread_attempts): in a full run of the suite on 3.3 (load 4-8) the sibling once
+  # did not take a client within AcceptSpread::DELAY, and the full worker made room itself.
   def test_a_full_worker_leaves_new_clients_to_a_sibling_with_room
     request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-    with_two_workers("pid.ru", "max_connections 4") do |port, (light, full)|
-      Process.kill("STOP", light)
-      begin
-        idle = Array.new(4) do
-          connect(port).tap do |socket|
+    passed, seen = spread_attempts do
+      with_two_workers("pid.ru", "max_connections 4") do |port, (light, full)|
+        Process.kill("STOP", light)
+        begin
+          idle = Array.new(4) do
+            connect(port).tap do |socket|
+              socket.write(request)
+              assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
+            end
+          end
+        ensure
+          Process.kill("CONT", light)
+        end
+        sleep Weft::Server::AcceptSpread::RETRY + 0.2 # the full worker trusts its sibling again
+        fresh = []
+        answered = Array.new(3) do
+          fresh << (socket = connect(port))
+          socket.write(request)
+          Timeout.timeout(5) { read_response(socket).body.to_i }
+        end
+        # Those the full worker closed to make room read EOF (it closes the longest idle first).
+        closed = idle.count { |socket| closed_by_server?(socket, within: 0.2) }
+        if closed.zero?
+          idle.first.write("GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+          stats = JSON.parse(Timeout.timeout(5) { read_response(idle.first).body })
+          closed = stats["workers"].find { |worker| worker["pid"] == full }.fetch("connections_reclaimed")
+        end
+        if closed.zero?
+          idle.each do |socket|
             socket.write(request)
             assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
           end
         end
+        [answered.all?(light) && closed.zero?,
+         "new clients answered by #{answered.map { |pid| pid == light ? 'the sibling' : 'the full worker' }}, " \
+         "#{closed} idle connections the full worker closed to make room"]
       ensure
-        Process.kill("CONT", light)
+        idle&.each(&:close)
+        fresh&.each(&:close)
       end
-      sleep Weft::Server::AcceptSpread::RETRY + 0.2 # the full worker trusts its sibling again
-      fresh = Array.new(3) do
-        connect(port).tap do |socket|
-          socket.write(request)
-          assert_equal light.to_s, Timeout.timeout(5) { read_response(socket).body }, "a new client"
-        end
-      end
-      idle.first.write("GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
-      stats = JSON.parse(Timeout.timeout(5) { read_response(idle.first).body })
-      reclaimed = stats["workers"].find { |worker| worker["pid"] == full }.fetch("connections_reclaimed")
-      assert_equal 0, reclaimed, "idle connections the full worker closed to make room"
-      idle.each do |socket|
-        socket.write(request)
-        assert_equal full.to_s, Timeout.timeout(5) { read_response(socket).body }
-      end
-    ensure
-      idle&.each(&:close)
-      fresh&.each(&:close)
     end
+    assert passed, seen.join("; ")
   end
 
   # Connections the app took over (WebSockets: full hijacks; streams: partial ones) weigh in a
@@ -398,6 +441,21 @@ class ServerClusterTest < Minitest::Test
 
   private
 
+  # Runs the block, a spreading scenario that returns whether it passed and what it saw, up to
+  # three times until it passes. Spreading relies on the lighter worker getting a CPU within
+  # AcceptSpread::DELAY (20 ms), which a loaded machine does not always give it (documented
+  # there); the defects these tests guard against (no waiting for a sibling) fail every time.
+  # @return [Array(Boolean, Array<String>)] whether an attempt passed, and what each saw
+  def spread_attempts
+    seen = []
+    3.times do |attempt|
+      passed, what = yield
+      seen << "attempt #{attempt + 1}: #{what}"
+      return [true, seen] if passed
+    end
+    [false, seen]
+  end
+
   # With `spread_connections value`: stops one of two workers, opens 30 keep-alive connections
   # (all answered by the other), continues it, and opens 30 more at once.
   # @return [Array(Integer, Hash, Float)] how often the running worker deferred an accept (its
@@ -449,6 +507,22 @@ class ServerClusterTest < Minitest::Test
         yield port, eventually(15, "two workers") { (p = worker_pids(port)).size == 2 && p }
       end
     end
+  end
+
+  # Waits until `master`'s workers are two processes none of which is in `old` (those have
+  # exited: a hot restart's old workers are the new master's children until then), then until
+  # each has answered a request: one of the keep-alive clients' (`answered_by`, from
+  # #under_keep_alive_load) or of fresh connections. Fails at once if the master ends.
+  # @return [Array<Integer>] the new workers' pids
+  def wait_for_replacement(master, old, port, seconds, signal, answered_by: -> { [] })
+    workers = eventually(seconds, "all workers replaced by #{signal}") do
+      flunk("the master ended during the #{signal} restart") if Process.waitpid(master, Process::WNOHANG)
+      (pids = child_pids(master)).size == 2 && (pids & old).empty? && pids
+    end
+    eventually(10, "both workers started by #{signal} answering") do
+      (workers - answered_by.call - worker_pids(port, tries: 10)).empty?
+    end
+    workers
   end
 
   def process_alive?(pid)

@@ -69,7 +69,25 @@ module Weft
         Array.new(tries) { get_body(port).to_i }.uniq.sort
       end
 
-      # Runs requests on fresh connections in a thread while the block runs.
+      # Pids of `parent`'s live child processes (a master's workers; during a hot restart the
+      # previous master's too), from /proc: the processes there are, not the ones a sample of
+      # requests happened to reach. A worker holding noticeably more keep-alive connections than
+      # its sibling leaves new ones to it (AcceptSpread), so a sample of fresh connections can
+      # miss a worker that serves. A child that exited and awaits its reaping is not counted.
+      def child_pids(parent)
+        skip "needs /proc (Linux)" unless File.directory?("/proc/self")
+        Dir.glob("/proc/[0-9]*/stat").filter_map do |path|
+          stat = File.read(path)
+          # "pid (name) state ppid ...": the name may hold spaces and parentheses.
+          state, ppid = stat[(stat.rindex(")") + 2)..].split(" ", 3)
+          stat.to_i if ppid.to_i == parent && state != "Z"
+        rescue SystemCallError
+          nil # it exited meanwhile
+        end.sort
+      end
+
+      # Runs requests on fresh connections in a thread while the block runs; the block gets the
+      # live counts.
       # @return [Hash] counts of :ok and failures by error class
       def under_load(port)
         counts = Hash.new(0)
@@ -86,7 +104,7 @@ module Weft
             sleep 0.002
           end
         end
-        yield
+        yield counts
         stop = true
         loader.join
         counts
@@ -95,7 +113,9 @@ module Weft
       # Runs `clients` keep-alive clients in threads while the block runs, each POSTing to
       # `path` in a loop on its connection and reconnecting only after a response that said
       # `connection: close`. The default path takes 20 ms, so that most clients have a request
-      # in flight at any moment (as on a loaded server). The block gets the live counts. A request that fails on a connection whose previous response did
+      # in flight at any moment (as on a loaded server). The block gets the live counts, and a
+      # proc that returns the pids (the bodies of `pid.ru`) that have answered the clients so
+      # far. A request that fails on a connection whose previous response did
       # not say close is counted as "kept-alive <error>": the server broke its keep-alive
       # promise, and the client cannot know whether its POST was processed.
       # @return [Hash] :ok, :closed (responses with connection: close), "refused" (connect
@@ -104,6 +124,8 @@ module Weft
         counts = Hash.new(0)
         lock = Mutex.new
         count = ->(key) { lock.synchronize { counts[key] += 1 } }
+        answered = []
+        answered_by = -> { lock.synchronize { answered.dup } }
         stop = false
         threads = Array.new(clients) do
           Thread.new do
@@ -122,7 +144,9 @@ module Weft
                 socket.write("POST #{path} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
                 raise Timeout::Error, "no response in 10 s" unless socket.wait_readable(10)
                 response = read_response(socket)
-                count.call(response.body.match?(/\A\d+\z/) ? :ok : :bad_body)
+                pid = response.body[/\A\d+\z/]
+                count.call(pid ? :ok : :bad_body)
+                lock.synchronize { answered << pid.to_i unless answered.include?(pid.to_i) } if pid
                 if response["connection"] == "close"
                   count.call(:closed)
                   socket.close
@@ -141,7 +165,7 @@ module Weft
             socket&.close
           end
         end
-        yield counts
+        yield counts, answered_by
         stop = true
         threads.each(&:join)
         counts
