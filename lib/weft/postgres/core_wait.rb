@@ -49,6 +49,7 @@ module Weft
         @latest = nil   # [monotonic time, wait, thread] of the latest reading
         @previous = nil # the reading before it
         @next_at = -Float::INFINITY # the earliest monotonic time of the next reading by #tick
+        @recent = 0.0 # the share between the last two readings (#recent)
         # A first reading, so that the pool's first statements have a span to be judged over.
         sample(Timers.now)
       end
@@ -60,6 +61,12 @@ module Weft
         sample(now) if now >= @next_at
         nil
       end
+
+      # The share of wall time this thread spent waiting for a core between its last two
+      # readings (a SAMPLE or so, up to the latest answer): no reading of its own, for a
+      # decision made too often to pay one (Pipeline#hold_back's guard).
+      # @return [Float] 0.0 to 1.0; 0.0 when unknown
+      attr_reader :recent
 
       # The share of wall time this thread spent waiting for a core, from a reading at least
       # MIN_SPAN old (made by #tick, on this thread) to now.
@@ -82,6 +89,10 @@ module Weft
         return nil unless @available
         wait = @reader.call or return nil
         reading = [now, wait, Thread.current]
+        latest = @latest
+        if latest && latest[2].equal?(reading[2]) && now - latest[0] >= MIN_SPAN
+          @recent = (wait - latest[1]).fdiv(now - latest[0]).clamp(0.0, 1.0)
+        end
         # A reading made just after the latest replaces it, so that the one before stays a
         # usable start (MIN_SPAN old) for #share.
         @previous = @latest unless @latest && now - @latest[0] < MIN_SPAN

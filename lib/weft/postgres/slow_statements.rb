@@ -147,6 +147,13 @@ module Weft
         @core_wait.tick(read_at)
       end
 
+      # The share of its time the thread that reads answers waited for a core lately
+      # (CoreWait#recent): no reading of its own, for Pipeline#hold_back's guard.
+      # @return [Float] 0.0 to 1.0
+      def recent_core_wait
+        @core_wait.recent
+      end
+
       private
 
       # A trip's time less the share the machine's load explains (CoreWait): that of its span
