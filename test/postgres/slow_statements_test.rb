@@ -174,7 +174,7 @@ class PostgresSlowStatementsTest < Minitest::Test
   # is, and marked at its next long trip; a long one stays long when the load's share is taken off.
   def test_on_a_loaded_machine_a_long_statement_alone_is_marked_at_its_second_trip
     @load.share_now = 0.8
-    @slow.observe("select pg_sleep(0.2)", 0.2, 100.0) # 40 ms its own
+    @slow.observe("select pg_sleep(0.2)", 0.2, 100.0) # 176 ms its own (the load: 24 at most)
     refute @slow.slow?("select pg_sleep(0.2)")
     @slow.observe("select pg_sleep(0.2)", 0.2, 100.3)
     assert @slow.slow?("select pg_sleep(0.2)")
@@ -186,6 +186,16 @@ class PostgresSlowStatementsTest < Minitest::Test
 
   # A short statement marked before the load came is cleared by a trip the load explains, so
   # that it does not go alone for as long as the load lasts.
+  # The load holds a backend up while it waits for a core, not while it sleeps.
+  def test_the_load_explains_a_bounded_part_of_a_long_trip
+    @load.share_now = 0.8 # scaled whole, 9 ms: quick
+    @slow.answered(99.999, 100.02)
+    @slow.observe_segment([Statement.new("select pg_sleep(0.05)")], 0.045, 100.0) # 21 ms its own, unclear
+    @slow.answered(100.099, 100.12)
+    @slow.observe_segment([Statement.new("select pg_sleep(0.05)")], 0.045, 100.1)
+    assert @slow.slow?("select pg_sleep(0.05)")
+  end
+
   def test_a_trip_the_load_explains_clears_a_statement_known_as_slow
     @slow.observe("select 1", 0.02, 100.0) # idle: long
     assert @slow.slow?("select 1")

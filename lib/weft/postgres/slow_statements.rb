@@ -49,8 +49,8 @@ module Weft
     # processes, then kept it apart for as long as the load lasted. So a trip's time counts less
     # the share of its span that this thread waited for a core meanwhile (CoreWait: the machine's
     # load as the operating system saw it, near 0 on an idle machine and 0.5-0.8 beside those
-    # processes): a `select 1` held up 20 ms by the load counts as 4-10 ms, quick, while a
-    # `pg_sleep(0.2)` still counts 40 ms or more. And while that share is CONTENDED or more, a
+    # processes; of LOAD_REACH at most): a `select 1` held up 20 ms by the load counts as 4-10
+    # ms, quick, while a `pg_sleep(0.2)` still counts 176 ms or more. And while that share is CONTENDED or more, a
     # statement alone with nothing answered meanwhile is only suspect when found long, as a
     # segment is: this thread, asleep in its poll, waits less than the backend, so the share
     # errs low, and a `select 1` the load held up 100 ms or more once in a while was still marked.
@@ -72,6 +72,13 @@ module Weft
       # counts as loaded: a statement alone with nothing to compare it with is then only suspect
       # when found long, as one found long among others is.
       CONTENDED = 0.5
+      # Seconds of a trip that the machine's load can explain (#own_time), at its share: a
+      # backend waits for a core each time it wakes, a few scheduling periods of the kernel at
+      # most, not for the whole of a statement that sleeps on the server (`pg_sleep`, a lock
+      # wait), which the load does not lengthen. Scaled whole, `pg_sleep(0.05)` counted 10-15 ms
+      # at a share of 0.7, less on a busy reactor (its time known to within a turn), and went
+      # unmarked.
+      LOAD_REACH = 0.03
 
       # @param core_wait [CoreWait] the machine's load as this thread sees it (tests pass their own)
       def initialize(core_wait = CoreWait.new)
@@ -156,11 +163,12 @@ module Weft
 
       private
 
-      # A trip's time less the share the machine's load explains (CoreWait): that of its span
-      # this thread waited for a core. Asked only of a trip that took LONG at least.
+      # A trip's time less what the machine's load explains (CoreWait): the share of its span
+      # this thread waited for a core, of LOAD_REACH at most. Asked only of a trip that took LONG
+      # at least.
       def own_time(seconds)
         @share = @core_wait.share(Timers.now)
-        seconds * (1.0 - @share)
+        seconds - @share * (seconds < LOAD_REACH ? seconds : LOAD_REACH)
       end
 
       # Whether the server is known to have taken LONG more on a statement than on the quickest
