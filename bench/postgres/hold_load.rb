@@ -7,8 +7,10 @@
 # hold_back saw.
 #
 #   bundle exec ruby bench/postgres/hold_load.rb [seconds] [fibers] [connections] [hogs,...]
-#   HOLD=guard,never,always (default guard): the hold as shipped, never made, or made whenever
-#     callers are coming (the guard's busy < HOLD_TURN taken out); ROUNDS=n repeats the lot
+#   HOLD=guard,never,always,wall (default guard): the hold as shipped, never made, made whenever
+#     callers are coming (the guard taken out), or guarded by the turn's wall time alone (not
+#     less the share the thread lately waited for a core, CoreWait#recent); ROUNDS=n repeats
+#     the lot
 #   TEST_ROUNDS=n: as the test measures (a new pool, each fiber 1 + n statements, all counted)
 #     instead of `seconds` after a warm-up
 #   HOLD_TRACE=n: writes the first n events (submits, sync points, wake-ups, end-of-turn
@@ -50,12 +52,17 @@ module PostgresBench
                    Fiber.current.object_id % 10_000, *what]
       end
 
+      # The share of its time the reactor's thread recently waited for a core (CoreWait#recent).
+      def core_share(pool)
+        pool.instance_variable_get(:@slow_statements).instance_variable_get(:@core_wait).recent
+      end
+
       def reset
         @stats = {
           sizes: Hash.new { |hash, path| hash[path] = Hash.new(0) }, # path => size => segments
           lone_why: Hash.new(0), # end-of-turn flushes that wrote one statement, by what hold_back saw
           holds: 0, held_ready: [], held_for: [],
-          busy: [], turn_cpu: [], syncs_per_read: Hash.new(0),
+          busy: [], turn_cpu: [], estimated: [], syncs_per_read: Hash.new(0),
           settled_per_poll: Hash.new(0), # reactor poll => statements settled in it
           drained: 0, alone: 0, lone_in_line: 0,
         }
@@ -95,6 +102,7 @@ module PostgresBench
         busy = scheduler.busy
         stats[:busy] << busy
         stats[:turn_cpu] << Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - scheduler.hold_load_turn_cpu
+        stats[:estimated] << busy * (1.0 - HoldLoad.core_share(@owner))
         outcome = with_path(held ? :held_again : :deferred_flush) { super }
         HoldLoad.event(:end_of_turn, "held=#{held} unwritten=#{unwritten} settled=#{settled} ready=#{ready} busy=#{(busy * 1e6).round}us now_held=#{@held}")
         if !@flush_scheduled && unwritten == 1 # it wrote a single statement
@@ -123,6 +131,8 @@ module PostgresBench
         case HoldLoad.mode
         when "never" then false
         when "always" then @flush_scheduler.ready?
+        when "wall" # the guard before the core wait was taken off the turn (2026-12-07)
+          @flush_scheduler.ready? && @flush_scheduler.busy < Weft::Postgres::Pipeline::HOLD_TURN
         else super
         end
       end
@@ -332,6 +342,10 @@ module PostgresBench
       lines << format("  the same turns' CPU time (this thread's, up to the flush): median %.0f µs, p90 %.0f µs, over HOLD_TURN %.1f%%",
                       percentile(cpu, 0.5) * 1e6, percentile(cpu, 0.9) * 1e6,
                       cpu.count { |c| c >= Weft::Postgres::Pipeline::HOLD_TURN } * 100.0 / [cpu.size, 1].max)
+      estimated = stats[:estimated]
+      lines << format("  the same turns' wall time less the thread's recent core-wait share: median %.0f µs, p90 %.0f µs, over HOLD_TURN %.1f%%",
+                      percentile(estimated, 0.5) * 1e6, percentile(estimated, 0.9) * 1e6,
+                      estimated.count { |c| c >= Weft::Postgres::Pipeline::HOLD_TURN } * 100.0 / [estimated.size, 1].max)
       lines << format("  holds %d; held for (settled) median %d; fibers ready at the hold median %d",
                       stats[:holds], percentile(stats[:held_for], 0.5), percentile(stats[:held_ready], 0.5))
       lines << "  sync points per settle_ready: " + stats[:syncs_per_read].sort.map { |k, v| "#{k}:#{v}" }.join(" ")

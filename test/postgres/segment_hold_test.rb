@@ -97,6 +97,19 @@ class PostgresSegmentHoldTest < Minitest::Test
     assert_operator db.statistics[:pipelined], :>=, 40, "the statements were not pipelined"
   end
 
+  # The guard judges a turn by the reactor's work in it, not by the time the machine's load kept
+  # the process off its core: the next turn's statements wait for that core either way.
+  def test_a_turn_long_only_while_the_process_waited_for_a_core_makes_a_hold
+    scheduler = Struct.new(:busy) { def ready? = true }.new(Weft::Postgres::Pipeline::HOLD_TURN * 4)
+    pool = Struct.new(:recent_core_wait).new(0.0)
+    pipeline = Weft::Postgres::Pipeline.allocate # the guard alone (Pipeline#callers_coming?)
+    pipeline.instance_variable_set(:@flush_scheduler, scheduler)
+    pipeline.instance_variable_set(:@owner, pool)
+    refute pipeline.send(:callers_coming?), "held after a turn of 4 HOLD_TURNs of the reactor's own work"
+    pool.recent_core_wait = 0.8 # 4 HOLD_TURNs by the wall clock, four fifths of it waiting for a core
+    assert pipeline.send(:callers_coming?), "not held after a turn whose work took 0.8 HOLD_TURN"
+  end
+
   def test_on_a_quiet_reactor_segments_are_held_back
     db = pool(limit: 1)
     reactor do

@@ -9,8 +9,23 @@ class PostgresSlowStatementsTest < Minitest::Test
 
   Statement = Struct.new(:sql)
 
+  # The machine's load as a test sets it: the share of its time the thread waited for a core
+  # (see Weft::Postgres::CoreWait).
+  class FixedLoad
+    attr_accessor :share_now
+
+    def initialize
+      @share_now = 0.0
+    end
+
+    def tick(_now) = nil
+
+    def share(_now) = @share_now
+  end
+
   def setup
-    @slow = Weft::Postgres::SlowStatements.new
+    @load = FixedLoad.new
+    @slow = Weft::Postgres::SlowStatements.new(@load)
   end
 
   # An answer that came at once while the statements observed from 0.0 on were in flight: they
@@ -141,6 +156,52 @@ class PostgresSlowStatementsTest < Minitest::Test
     Weft::Postgres::RecentAnswers::SIZE.times { |i| @slow.answered(started, started + 0.02 + i * 0.001) }
     @slow.observe("select 1", 0.031, started)
     assert @slow.slow?("select 1")
+  end
+
+  # A machine whose cores are all taken holds up the server as much as this process: a trip
+  # counts less the share of it this thread waited for a core.
+  def test_on_a_loaded_machine_a_trip_counts_less_the_share_of_the_load
+    @load.share_now = 0.6
+    @slow.observe("select 1", 0.02, 100.0) # alone, nothing answered meanwhile: 8 ms its own
+    refute @slow.slow?("select 1")
+    @slow.observe_segment([Statement.new("select 2")], 0.02, 100.1)
+    @slow.observe_segment([Statement.new("select 2")], 0.02, 100.2)
+    refute @slow.slow?("select 2")
+    assert_equal 0, @slow.marked
+  end
+
+  # Loaded, a statement alone with nothing to compare it with is suspect at first, as a segment
+  # is, and marked at its next long trip; a long one stays long when the load's share is taken off.
+  def test_on_a_loaded_machine_a_long_statement_alone_is_marked_at_its_second_trip
+    @load.share_now = 0.8
+    @slow.observe("select pg_sleep(0.2)", 0.2, 100.0) # 176 ms its own (the load: 24 at most)
+    refute @slow.slow?("select pg_sleep(0.2)")
+    @slow.observe("select pg_sleep(0.2)", 0.2, 100.3)
+    assert @slow.slow?("select pg_sleep(0.2)")
+    assert_in_delta 0.2, @slow.seconds("select pg_sleep(0.2)") # its whole time is kept
+    @load.share_now = 0.0
+    @slow.observe("select pg_sleep(0.05)", 0.05, 101.0) # an idle machine: long at once
+    assert @slow.slow?("select pg_sleep(0.05)")
+  end
+
+  # A short statement marked before the load came is cleared by a trip the load explains, so
+  # that it does not go alone for as long as the load lasts.
+  # The load holds a backend up while it waits for a core, not while it sleeps.
+  def test_the_load_explains_a_bounded_part_of_a_long_trip
+    @load.share_now = 0.8 # scaled whole, 9 ms: quick
+    @slow.answered(99.999, 100.02)
+    @slow.observe_segment([Statement.new("select pg_sleep(0.05)")], 0.045, 100.0) # 21 ms its own, unclear
+    @slow.answered(100.099, 100.12)
+    @slow.observe_segment([Statement.new("select pg_sleep(0.05)")], 0.045, 100.1)
+    assert @slow.slow?("select pg_sleep(0.05)")
+  end
+
+  def test_a_trip_the_load_explains_clears_a_statement_known_as_slow
+    @slow.observe("select 1", 0.02, 100.0) # idle: long
+    assert @slow.slow?("select 1")
+    @load.share_now = 0.7
+    @slow.observe("select 1", 0.03, 100.1) # 9 ms its own
+    refute @slow.slow?("select 1")
   end
 
   def test_memory_is_bounded_and_forgets_the_longest_unseen_first

@@ -460,7 +460,8 @@ module Weft
       # writable too, #lead) or by this flush after it. With no caller woken here beside those
       # whose statements it holds (a reader whose own statement settled alone) nobody is known
       # to be coming, and nothing is held. The wait is a turn at most, so the hold is made only
-      # after a turn that kept the reactor busy for less than HOLD_TURN (Scheduler#busy): on a
+      # after a turn that kept the reactor busy for less than HOLD_TURN (Scheduler#busy, less the
+      # time the machine's load kept the thread waiting for a core: #callers_coming?): on a
       # reactor busy with CPU-bound fibers every statement is written at the end of the turn it
       # was sent in, as without the hold. Statements count as sent when written
       # (#mark_written): the wait is never taken for the server's time.
@@ -476,9 +477,20 @@ module Weft
 
       # Whether the callers woken here are about to send (fibers wait for the next turn) and
       # the reactor's last turn was short enough for the held statements to wait it out.
+      #
+      # The turn is its wall time less the share of its time the thread lately waited for a
+      # core (Pool#recent_core_wait, read every 0.1 s as answers come): a process the machine's
+      # load keeps off its core has turns long by the wall clock whose work is short, and the
+      # next turn's statements wait for that core whether the segment is held or not. By the wall
+      # clock 10-25% of the flushes beside CPU hogs came after a turn over HOLD_TURN (3-3.5% by
+      # the thread's CPU time, whose reading costs ~1.65 µs: too dear for every turn of every
+      # reactor). Reading the core wait costs nothing here; with it segments beside 3 CPU hogs
+      # held 27-35 statements where they held 22-30 (bench/results/postgres-ruby-3.3.md, "Fast
+      # statements marked slow under load"). A reactor busy with its own work waits for no core:
+      # its turns count in full, and nothing is held after a long one.
       def callers_coming?
         scheduler = @flush_scheduler
-        scheduler.ready? && scheduler.busy < HOLD_TURN
+        scheduler.ready? && scheduler.busy * (1.0 - @owner.recent_core_wait) < HOLD_TURN
       end
 
       # Writes the held segment: every caller it was held for has sent its statement (#hold_back).

@@ -450,6 +450,13 @@ module Weft
         wake_slot_waiter
       end
 
+      # @api private: the share of its time the reading thread waited for a core lately
+      # (SlowStatements#recent_core_wait), for Pipeline#hold_back's guard.
+      # @return [Float] 0.0 to 1.0
+      def recent_core_wait
+        @slow_statements.recent_core_wait
+      end
+
       # @api private: the pipeline takes statements again after a cancel request.
       def pipeline_reopened(_pipeline)
         wake_slot_waiter

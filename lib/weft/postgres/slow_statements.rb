@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "recent_answers"
+require_relative "core_wait"
 
 module Weft
   module Postgres
@@ -38,9 +39,22 @@ module Weft
     # Each time is known to within a turn of the reactor (the polls that did not and did find
     # its answer), so on a reactor whose turns take long a long statement is seldom clear at
     # once: with 16 ms turns a 50 ms one mostly is, with 25 ms turns it is often marked only on
-    # its second trip (a trip the polls cannot time at all counts as quick and clears it). A
-    # statement alone on a pool with nothing else answered meanwhile is judged by LONG alone, and
-    # a loaded machine can still mark it (a `select 1` run by one caller beside CPU spinners).
+    # its second trip (a trip the polls cannot time at all counts as quick and clears it).
+    #
+    # Neither comparison helps where there is nothing to compare with: a statement alone on a
+    # pool with nothing else answered meanwhile, or a pool whose segments all carry the same
+    # statements (one connection, every answer read alone). There a machine whose cores are all
+    # taken by other processes made `select 1` take 10-450 ms of the server's time (the backend
+    # waits for a core), and marked it, alone 9-28 times in 2.5-3 s beside 3 CPU-bound
+    # processes, then kept it apart for as long as the load lasted. So a trip's time counts less
+    # the share of its span that this thread waited for a core meanwhile (CoreWait: the machine's
+    # load as the operating system saw it, near 0 on an idle machine and 0.5-0.8 beside those
+    # processes; of LOAD_REACH at most): a `select 1` held up 20 ms by the load counts as 4-10
+    # ms, quick, while a `pg_sleep(0.2)` still counts 176 ms or more. And while that share is CONTENDED or more, a
+    # statement alone with nothing answered meanwhile is only suspect when found long, as a
+    # segment is: this thread, asleep in its poll, waits less than the backend, so the share
+    # errs low, and a `select 1` the load held up 100 ms or more once in a while was still marked.
+    # What is remembered of a statement found long is its whole time.
     #
     # It also keeps how long each one took the last time it was seen running long, so that the
     # pool can tell when one in flight is due to end (Pool#behind_slow).
@@ -54,12 +68,26 @@ module Weft
       LONG = 0.01
       # Texts remembered at most.
       MEMORY = 256
+      # The share of its time this thread waited for a core (CoreWait) from which the machine
+      # counts as loaded: a statement alone with nothing to compare it with is then only suspect
+      # when found long, as one found long among others is.
+      CONTENDED = 0.5
+      # Seconds of a trip that the machine's load can explain (#own_time), at its share: a
+      # backend waits for a core each time it wakes, a few scheduling periods of the kernel at
+      # most, not for the whole of a statement that sleeps on the server (`pg_sleep`, a lock
+      # wait), which the load does not lengthen. Scaled whole, `pg_sleep(0.05)` counted 10-15 ms
+      # at a share of 0.7, less on a busy reactor (its time known to within a turn), and went
+      # unmarked.
+      LOAD_REACH = 0.03
 
-      def initialize
+      # @param core_wait [CoreWait] the machine's load as this thread sees it (tests pass their own)
+      def initialize(core_wait = CoreWait.new)
         @texts = {} # SQL => seconds it took when last seen slow, the most recently seen slow last
         @suspects = {} # SQL => monotonic time by which a trip found unclear was known to be late
         @marked = 0
         @answers = RecentAnswers.new
+        @core_wait = core_wait
+        @share = 0.0 # the latest share of the machine's load (#own_time)
       end
 
       # @return [Integer] how many times a statement was found running long (each time counts,
@@ -81,16 +109,17 @@ module Weft
 
       # Records how long a segment of pipelined statements took on the server, from the first
       # one's start to the sync point after the last. Call #answered for it afterwards: it is not
-      # its own contemporary.
+      # its own contemporary. A trip under load counts less the load's share (#own_time), and
+      # one that then falls short of LONG counts as quick.
       # @param requests [Array<Request>] the segment's statements
       # @param seconds [Float] the shortest it can have taken
       # @param started [Float] monotonic time the server can have started on it at the latest
       # @return [void]
       def observe_segment(requests, seconds, started)
-        if seconds >= LONG
+        if seconds >= LONG && (own = own_time(seconds)) >= LONG
           # Segments are sent only while every connection is in use: no answer from the others
           # for LONG is the machine's doing as likely as the segment's own.
-          clear = clearly_long?(seconds, started, false)
+          clear = clearly_long?(own, started, false)
           requests.each { |request| found_long(request.sql, seconds, started, clear) }
         elsif !(@texts.empty? && @suspects.empty?)
           requests.each { |request| forget(request.sql) }
@@ -105,8 +134,10 @@ module Weft
       # @param started [Float] monotonic time it was sent
       # @return [void]
       def observe(sql, seconds, started)
-        if seconds >= LONG
-          found_long(sql, seconds, started, clearly_long?(seconds, started, true))
+        if seconds >= LONG && (own = own_time(seconds)) >= LONG
+          # Alone with nothing answered meanwhile, it is long by its own time, unless the
+          # machine is loaded: then it may be one held up by the load longer than most.
+          found_long(sql, seconds, started, clearly_long?(own, started, @share < CONTENDED))
         elsif !(@texts.empty? && @suspects.empty?)
           forget(sql)
         end
@@ -120,9 +151,25 @@ module Weft
       # @return [void]
       def answered(sent_at, read_at)
         @answers.record(sent_at, read_at)
+        @core_wait.tick(read_at)
+      end
+
+      # The share of its time the thread that reads answers waited for a core lately
+      # (CoreWait#recent): no reading of its own, for Pipeline#hold_back's guard.
+      # @return [Float] 0.0 to 1.0
+      def recent_core_wait
+        @core_wait.recent
       end
 
       private
+
+      # A trip's time less what the machine's load explains (CoreWait): the share of its span
+      # this thread waited for a core, of LOAD_REACH at most. Asked only of a trip that took LONG
+      # at least.
+      def own_time(seconds)
+        @share = @core_wait.share(Timers.now)
+        seconds - @share * (seconds < LOAD_REACH ? seconds : LOAD_REACH)
+      end
 
       # Whether the server is known to have taken LONG more on a statement than on the quickest
       # answer read since it started; `alone` when no answer was read since. The ring is looked
