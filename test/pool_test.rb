@@ -218,12 +218,13 @@ class PoolTest < Minitest::Test
     assert_equal 400, stats[:checkouts]
     # The first burst opens a wave of 4 and grows on only while nothing comes back.
     assert_operator stats[:created], :<=, 8, "bursts opened resources that waiting would have spared"
-    # hold_time is a running median, which moves by a step of 6% per hold: within a step of the
-    # middle of the holds, not pulled up by the few long ones while a burst starts, as a mean
-    # would be; create_time an average of creations.
+    # hold_time is a running median, which moves by a step of 6% per hold (down only after a
+    # hold shorter than it): not below the shortest hold by more than a step, and not pulled up
+    # past the 90th percentile by the few long holds while a burst starts, as a mean would be;
+    # create_time an average of creations.
     holds.sort!
     step = 1.0625
-    assert_operator stats[:hold_time], :>=, holds[holds.size / 10] / step, "hold_time below the holds' 10th percentile"
+    assert_operator stats[:hold_time], :>=, holds.first / step, "hold_time below the shortest hold"
     assert_operator stats[:hold_time], :<=, holds[holds.size * 9 / 10] * step, "hold_time above the holds' 90th percentile"
     assert_operator stats[:create_time], :>=, creations.min
     assert_operator stats[:create_time], :<=, creations.max
@@ -508,17 +509,24 @@ class PoolTest < Minitest::Test
       reader.close
       pool.discard(Object.new) # the child notices the fork here and forgets the parent's resources
       forgotten = pool.statistics.values_at(:size, :hold_time, :create_time)
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       pool.with { nil }
-      writer.write(Marshal.dump([forgotten, pool.statistics.values_at(:created, :hold_time)]))
+      quick = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      writer.write(Marshal.dump([forgotten, pool.statistics.values_at(:created, :hold_time), quick]))
       writer.close
       exit!(0)
     end
     writer.close
     Process.wait(pid)
-    forgotten, (created, hold) = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
+    forgotten, (created, hold), quick = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
     assert_equal [0, *parent], forgotten
     assert_equal 1, created, "the child creates its own resource"
-    assert_operator hold, :<, parent[0], "the parent's median hold, moved down by the child's quick hold"
+    # One step of the running median from the parent's figure, down after the child's quick
+    # hold; up if the child lost its core for longer than the parent's hold meanwhile (seen at
+    # load 7: a hold of `nil` lasting over 10 ms).
+    step = 1.0625
+    expected = quick < parent[0] ? parent[0] / step : parent[0] * step
+    assert_in_delta expected, hold, expected * 1e-9, "the parent's median hold, moved by one step after the child's hold"
     assert_equal 1, pool.statistics[:size]
   end
 
