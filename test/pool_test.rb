@@ -187,22 +187,47 @@ class PoolTest < Minitest::Test
   # A pool whose resources come back sooner than one can be made: repeated bursts share the
   # first wave instead of each opening another (before the growth rule, every burst beyond the
   # idle resources opened max_creating more, up to the limit).
+  #
+  # The figures are checked against the holds and creations as timed here, in the same run: on a
+  # loaded machine a 1 ms sleep lasts 5-12 ms (the figures were once checked against 1 ms and
+  # 50 ms with fixed margins, and failed there).
   def test_repeated_bursts_against_quickly_returned_resources_do_not_grow_the_pool
+    creations = []
+    holds = []
+    clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
     pool = Weft::Pool.new(limit: 100, max_creating: 4) do
+      started = clock.call
       sleep 0.05 # a connect: far longer than the holds below, even on a loaded machine
+      creations << clock.call - started
       Object.new
     end
     assert_elapsed_under(5) do
       Weft.run do
-        10.times { Weft.map(1..40) { pool.with { sleep 0.001 } } }
+        10.times do
+          Weft.map(1..40) do
+            pool.with do
+              started = clock.call
+              sleep 0.001
+              holds << clock.call - started
+            end
+          end
+        end
       end
     end
     stats = pool.statistics
     assert_equal 400, stats[:checkouts]
     # The first burst opens a wave of 4 and grows on only while nothing comes back.
     assert_operator stats[:created], :<=, 8, "bursts opened resources that waiting would have spared"
-    assert_in_delta 0.001, stats[:hold_time], 0.004
-    assert_in_delta 0.05, stats[:create_time], 0.05
+    # hold_time is a running median, which moves by a step of 6% per hold (down only after a
+    # hold shorter than it): not below the shortest hold by more than a step, and not pulled up
+    # past the 90th percentile by the few long holds while a burst starts, as a mean would be;
+    # create_time an average of creations.
+    holds.sort!
+    step = 1.0625
+    assert_operator stats[:hold_time], :>=, holds.first / step, "hold_time below the shortest hold"
+    assert_operator stats[:hold_time], :<=, holds[holds.size * 9 / 10] * step, "hold_time above the holds' 90th percentile"
+    assert_operator stats[:create_time], :>=, creations.min
+    assert_operator stats[:create_time], :<=, creations.max
 
     # Without max_creating the rule is off: a checkout below the limit never waits (the first
     # burst creates one resource per checkout, as before).
@@ -231,6 +256,14 @@ class PoolTest < Minitest::Test
   # would wait for the CPU the same way, so once the pool has seen that (the first burst), it
   # does not grow however long the line. Before, the holds, which stretch with every resource
   # added, said "grow": each burst of 200 opened more (37-42 resources after five).
+  #
+  # Counted in bursts, not in resources: where other processes take this one's core away in the
+  # middle of holds (a loaded machine: 5 busy loops beside it), the running idle share can dip
+  # below IDLE_SHARE_LIMIT for a moment and one burst opens a wave (seen in 5 runs of 6 with
+  # holds of 0.2 ms round trip and 0.3 ms CPU, at load 7-12). Without the idle share the pool
+  # grows in 3-4 of the 4 bursts after the first, quiet or loaded. The holds are mostly CPU (0.6
+  # ms of it to a 0.1 ms round trip) so that the idle share stands well above the limit (0.3-0.5;
+  # 0.15-0.33 with the holds above, on a quiet machine).
   def test_holders_waiting_for_this_processes_cpu_do_not_grow_the_pool
     pool = Weft::Pool.new(limit: 100, max_creating: 4) do
       sleep 0.01 # a connect
@@ -243,17 +276,17 @@ class PoolTest < Minitest::Test
     burst = lambda do
       Weft.map(1..200) do
         pool.with do
-          sleep 0.0002 # the answer's round trip: other fibers run meanwhile
-          spin.call(0.0003) # reading it
+          sleep 0.0001 # the answer's round trip: other fibers run meanwhile
+          spin.call(0.0006) # reading it
         end
       end
     end
     Weft.run do
       burst.call # the figures
-      first = pool.statistics[:created]
-      4.times { burst.call }
+      sizes = [pool.statistics[:created]] + Array.new(4) { burst.call && pool.statistics[:created] }
       stats = pool.statistics
-      assert_equal first, stats[:created], "the pool grew for holders that waited for the CPU (#{stats.inspect})"
+      grew = sizes.each_cons(2).count { |before, after| after > before }
+      assert_operator grew, :<=, 1, "the pool grew for holders that waited for the CPU: #{sizes.inspect} (#{stats.inspect})"
       assert_operator stats[:idle_share], :>, Weft::Pool.const_get(:IDLE_SHARE_LIMIT)
     end
   end
@@ -476,17 +509,24 @@ class PoolTest < Minitest::Test
       reader.close
       pool.discard(Object.new) # the child notices the fork here and forgets the parent's resources
       forgotten = pool.statistics.values_at(:size, :hold_time, :create_time)
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       pool.with { nil }
-      writer.write(Marshal.dump([forgotten, pool.statistics.values_at(:created, :hold_time)]))
+      quick = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      writer.write(Marshal.dump([forgotten, pool.statistics.values_at(:created, :hold_time), quick]))
       writer.close
       exit!(0)
     end
     writer.close
     Process.wait(pid)
-    forgotten, (created, hold) = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
+    forgotten, (created, hold), quick = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
     assert_equal [0, *parent], forgotten
     assert_equal 1, created, "the child creates its own resource"
-    assert_operator hold, :<, parent[0], "the parent's median hold, moved down by the child's quick hold"
+    # One step of the running median from the parent's figure, down after the child's quick
+    # hold; up if the child lost its core for longer than the parent's hold meanwhile (seen at
+    # load 7: a hold of `nil` lasting over 10 ms).
+    step = 1.0625
+    expected = quick < parent[0] ? parent[0] / step : parent[0] * step
+    assert_in_delta expected, hold, expected * 1e-9, "the parent's median hold, moved by one step after the child's hold"
     assert_equal 1, pool.statistics[:size]
   end
 

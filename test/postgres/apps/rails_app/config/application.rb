@@ -15,6 +15,7 @@ module RailsApp
   #
   # - DATABASE_URL: weft-postgresql://... (Weft) or postgres://... (Puma, Falcon)
   # - DB_POOL: database.yml's `pool:` (default 5)
+  # - DB_CHECKOUT_TIMEOUT: database.yml's `checkout_timeout:` (default 5)
   # - RAILS_ISOLATION_LEVEL: fiber (default; Weft and Falcon run each request in a fiber) or
   #   thread (Puma)
   # - RAILS_LOG_LEVEL: default warn, so that a benchmark measures the app and not its log; errors
