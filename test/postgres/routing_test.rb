@@ -116,6 +116,40 @@ class PostgresRoutingTest < Minitest::Test
     assert_equal 0, db.statistics[:waiting]
   end
 
+  # A short statement marked slow only because it shared a long segment (the pool cannot tell
+  # which of a segment's statements took its time) is kept apart, but the segment's time is
+  # not its own: it does not queue behind a slow statement on the strength of it, and waits in
+  # line instead. (It queued behind a whole known-slow pg_sleep(1.2) there, under load:
+  # server_time_test's busy-reactor test in a full suite.)
+  def test_a_statement_marked_slow_by_its_segment_does_not_queue_behind_a_slow_one
+    db = pool(limit: 1)
+    short = "select 1, 'marked-by-its-segment'"
+    mate = "select pg_sleep(0.3), 'its-segment-mate'"
+    ahead = "select pg_sleep(0.3), 'ahead'"
+    slow_statements = db.instance_variable_get(:@slow_statements)
+    reactor do
+      # As the pool records a segment of both that took 0.3 s while another connection
+      # answered at once (under load it took several tries to get there by queries alone).
+      statement = Struct.new(:sql)
+      started = now - 0.3
+      slow_statements.answered(started + 0.01, started + 0.01)
+      slow_statements.observe_segment([statement.new(mate), statement.new(short)], 0.3, started)
+      assert slow_statements.slow?(short), "the short statement was not marked with its segment"
+      db.query(ahead) # alone on an idle pool: known slow, and how long it takes
+      assert slow_statements.slow?(ahead)
+      # The first runs alone; the second waits for the connection and then runs on it, shared
+      # (as in the test above), due to end at ~0.6 s.
+      tasks = Array.new(2) { Weft.spawn { db.query(ahead) } }
+      sleep 0.4
+      tasks << Weft.spawn { db.query(short) }
+      sleep 0.05
+      stats = db.statistics
+      assert_equal [1, 1, 0], [stats[:in_flight], stats[:waiting], stats[:queued_behind_slow]],
+                   "the short statement queued behind the slow one: #{stats}"
+      Weft.gather(tasks)
+    end
+  end
+
   # A known-slow statement does not queue behind one due to run on for much longer than it
   # takes itself: in line, it gets the connection as soon as the long one ends, the same as
   # behind it, without committing the connection to it while something shorter may come.

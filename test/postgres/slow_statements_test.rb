@@ -64,6 +64,28 @@ class PostgresSlowStatementsTest < Minitest::Test
     assert_nil @slow.seconds("select pg_sleep(1)")
   end
 
+  # A segment's time counts for each of its statements as far as keeping them apart goes, but
+  # only a trip of its own tells how long a statement runs: a `select 1` marked with a long
+  # `pg_sleep` of its segment may not queue behind another slow statement on the strength of
+  # that time (Pool#behind_slow: it waited behind a whole `pg_sleep(1.2)` there).
+  def test_only_a_trip_of_its_own_tells_how_long_a_slow_statement_runs
+    answered_at_once
+    @slow.observe_segment([Statement.new("select pg_sleep(1)"), Statement.new("select 1")], LONG * 5, 0.0)
+    assert @slow.slow?("select 1")
+    assert_nil @slow.seconds_alone("select 1")
+    assert_nil @slow.seconds_alone("select pg_sleep(1)")
+    @slow.observe("select pg_sleep(1)", LONG * 4, 0.0)
+    assert_in_delta LONG * 4, @slow.seconds_alone("select pg_sleep(1)")
+    answered_at_once
+    @slow.observe_segment([Statement.new("select pg_sleep(1)"), Statement.new("select 2")], LONG * 6, 0.0)
+    assert_nil @slow.seconds_alone("select pg_sleep(1)"), "last found long in a segment with another"
+    answered_at_once
+    @slow.observe_segment([Statement.new("select pg_sleep(1)")], LONG * 7, 0.0)
+    assert_in_delta LONG * 7, @slow.seconds_alone("select pg_sleep(1)"), 1e-9, "a segment of one is its own trip"
+    @slow.observe("select pg_sleep(1)", LONG / 10, 0.0)
+    assert_nil @slow.seconds_alone("select pg_sleep(1)")
+  end
+
   def test_marked_counts_every_statement_found_running_long
     @slow.observe("select pg_sleep(1)", LONG * 2, 0.0)
     @slow.observe("select pg_sleep(1)", LONG * 2, 0.0) # known already: counts again

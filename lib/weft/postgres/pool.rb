@@ -603,8 +603,8 @@ module Weft
 
       # A caller of #query waiting for a pipeline slot; `woken` while a wake-up is on its way
       # to it (see #wake_slot_waiter); `since`: when it began to wait (see #release);
-      # `long_for`: seconds its statement is known to run, nil unless known to run long (it
-      # may queue behind another such, #behind_slow).
+      # `long_for`: seconds its statement is known to run on its own (SlowStatements#seconds_alone),
+      # nil unless known to run long so (it may queue behind another such, #behind_slow).
       SlotWaiter = Struct.new(:condition, :woken, :since, :long_for)
       private_constant :SlotWaiter
 
@@ -615,8 +615,8 @@ module Weft
       # behind them held the pool to one statement per turn while a line lasted. Past
       # acquire_timeout a waiter queues behind a slow statement if a connection carrying one
       # has room (#past_acquire_timeout).
-      # @param long_for [Float, nil] seconds the statement is known to run, nil unless known to
-      #   run long (#behind_slow)
+      # @param long_for [Float, nil] seconds the statement is known to run on its own, nil unless
+      #   known to run long so (#behind_slow)
       def shared_pipeline(long_for)
         # Most callers find room at once: no line to join, no wake-up to hand on. (#pipelined
         # looks first: nearly all come here only to wait.)
@@ -788,7 +788,7 @@ module Weft
           request.slow = true
           request.alone = true
         end
-        long_for = @slow_statements.seconds(sql) if slow
+        long_for = @slow_statements.seconds_alone(sql) if slow
         # Most callers find room at once (#shared_pipeline's first look, asked here first: a
         # call saved on every statement)
         pipeline = free_pipeline(nil, long_for) || shared_pipeline(long_for)

@@ -83,6 +83,7 @@ module Weft
       # @param core_wait [CoreWait] the machine's load as this thread sees it (tests pass their own)
       def initialize(core_wait = CoreWait.new)
         @texts = {} # SQL => seconds it took when last seen slow, the most recently seen slow last
+        @alone = {} # SQL => true for those of @texts last seen slow in a trip of their own
         @suspects = {} # SQL => monotonic time by which a trip found unclear was known to be late
         @marked = 0
         @answers = RecentAnswers.new
@@ -107,6 +108,17 @@ module Weft
         @texts[sql]
       end
 
+      # @param sql [String]
+      # @return [Float, nil] #seconds if the statement was last found long in a trip of its own
+      #   (sent alone, or a segment of one), nil if with others or not known as slow. A segment's time is every one of its
+      #   statements' as far as the pool can tell, so all of them are kept apart after a long
+      #   one; but a `select 1` that shared a segment with a `pg_sleep(1.2)` is no statement
+      #   that may wait behind another slow one (Pool#behind_slow) on the strength of the
+      #   1.2 s: it waited there for the whole of another `pg_sleep`, 0.7-1.5 s, under load.
+      def seconds_alone(sql)
+        @texts[sql] if @alone.key?(sql)
+      end
+
       # Records how long a segment of pipelined statements took on the server, from the first
       # one's start to the sync point after the last. Call #answered for it afterwards: it is not
       # its own contemporary. A trip under load counts less the load's share (#own_time), and
@@ -120,7 +132,8 @@ module Weft
           # Segments are sent only while every connection is in use: no answer from the others
           # for LONG is the machine's doing as likely as the segment's own.
           clear = clearly_long?(own, started, false)
-          requests.each { |request| found_long(request.sql, seconds, started, clear) }
+          own_trip = requests.size == 1
+          requests.each { |request| found_long(request.sql, seconds, started, clear, own_trip) }
         elsif !(@texts.empty? && @suspects.empty?)
           requests.each { |request| forget(request.sql) }
         end
@@ -137,7 +150,7 @@ module Weft
         if seconds >= LONG && (own = own_time(seconds)) >= LONG
           # Alone with nothing answered meanwhile, it is long by its own time, unless the
           # machine is loaded: then it may be one held up by the load longer than most.
-          found_long(sql, seconds, started, clearly_long?(own, started, @share < CONTENDED))
+          found_long(sql, seconds, started, clearly_long?(own, started, @share < CONTENDED), true)
         elsif !(@texts.empty? && @suspects.empty?)
           forget(sql)
         end
@@ -182,11 +195,12 @@ module Weft
       # A statement took LONG at least: it is long if that is clear, or was found so before in a
       # trip known to be late before this one began (not one held up by the same spell of load);
       # else suspect, unless it is known as slow already (it stays so).
-      def found_long(sql, seconds, started, clear)
+      # `alone`: found in a trip of its own (see #seconds_alone).
+      def found_long(sql, seconds, started, clear, alone)
         late_by = @suspects[sql]
         if clear || (late_by && late_by <= started)
           @suspects.delete(sql) if late_by
-          remember(sql, seconds)
+          remember(sql, seconds, alone)
         elsif late_by.nil? && !@texts.key?(sql)
           @suspects[sql] = started + seconds
           @suspects.shift if @suspects.size > MEMORY
@@ -196,14 +210,16 @@ module Weft
       # A quick trip: the statement is neither slow nor suspect.
       def forget(sql)
         @texts.delete(sql)
+        @alone.delete(sql)
         @suspects.delete(sql)
       end
 
-      def remember(sql, seconds)
+      def remember(sql, seconds, alone)
         @marked += 1
         @texts.delete(sql)
         @texts[sql] = seconds
-        @texts.shift if @texts.size > MEMORY
+        alone ? @alone[sql] = true : @alone.delete(sql)
+        @alone.delete(@texts.shift.first) if @texts.size > MEMORY
       end
     end
   end
