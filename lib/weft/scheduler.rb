@@ -1107,21 +1107,21 @@ module Weft
     # As the reactor closes: later posts are refused, and a close posted before that (which no
     # turn of the loop will take now) is done here, so that its caller does not wait forever.
     def close_leftover_foreign_work
-      leftovers = @foreign_lock.synchronize do
+      swap_foreign_wakeups([].freeze).each { |target, _| target.call if target.is_a?(ForeignClose) }
+    end
+
+    # The posts from other threads so far, replaced by `replacement` unless the reactor has
+    # closed (a frozen list: see #close_leftover_foreign_work).
+    def swap_foreign_wakeups(replacement)
+      @foreign_lock.synchronize do
         taken = @foreign_wakeups
-        @foreign_wakeups = [].freeze
+        @foreign_wakeups = replacement unless taken.frozen?
         taken
       end
-      leftovers.each { |target, _| target.call if target.is_a?(ForeignClose) }
     end
 
     def take_foreign_wakeups
-      wakeups = @foreign_lock.synchronize do
-        taken = @foreign_wakeups
-        @foreign_wakeups = [] unless taken.frozen? # (closed: see #close_leftover_foreign_work)
-        taken
-      end
-      wakeups.each do |target, argument|
+      swap_foreign_wakeups([]).each do |target, argument|
         if target.is_a?(Task)
           target.cancel(argument)
         elsif target.is_a?(ForeignClose)
