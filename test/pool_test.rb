@@ -220,12 +220,14 @@ class PoolTest < Minitest::Test
     assert_operator stats[:created], :<=, 8, "bursts opened resources that waiting would have spared"
     # hold_time is a running median, which moves by a step of 6% per hold (down only after a
     # hold shorter than it): not below the shortest hold by more than a step, and not pulled up
-    # past the 90th percentile by the few long holds while a burst starts, as a mean would be;
+    # past the 90th percentile by the few long holds while a burst starts, as a mean would be
+    # (the pool times a hold from checkout to checkin, around what the block times: 1 ms more
+    # allowed; 1.87 ms against a 90th percentile of 1.63 ms in a full Ruby 3.3 run);
     # create_time an average of creations.
     holds.sort!
     step = 1.0625
     assert_operator stats[:hold_time], :>=, holds.first / step, "hold_time below the shortest hold"
-    assert_operator stats[:hold_time], :<=, holds[holds.size * 9 / 10] * step, "hold_time above the holds' 90th percentile"
+    assert_operator stats[:hold_time], :<=, holds[holds.size * 9 / 10] * step + 0.001, "hold_time above the holds' 90th percentile"
     assert_operator stats[:create_time], :>=, creations.min
     assert_operator stats[:create_time], :<=, creations.max
 
