@@ -302,6 +302,7 @@ class SchedulerTest < Minitest::Test
       right&.close
     end
     assert_equal [IOError] * 3 + [NilClass], outcomes.map(&:class), outcomes.inspect
+    assert_equal ["stream closed in another fiber"] * 3, outcomes.first(3).map(&:message)
   end
 
   # Closed on another thread, an IO a task read made Ruby raise its own IOError into the
@@ -330,6 +331,7 @@ class SchedulerTest < Minitest::Test
     assert reactor.join(5), "Weft.run ended within 5 s"
     outcomes = reactor.value
     assert_equal [IOError, IOError, :slept], outcomes.map { |o| o.is_a?(Exception) ? o.class : o }, outcomes.inspect
+    assert_equal ["stream closed in another thread"] * 2, outcomes.first(2).map(&:message)
     assert_equal [true, true], closer_saw
   ensure
     reactor&.kill

@@ -307,6 +307,8 @@ module Weft
       @fiber_pool_size = fiber_pool_size
       # Exceptions to raise into suspended tasks (cancellation); delivered by the loop fiber.
       @raises = {}.compare_by_identity
+      # The IO being closed for a caller on another thread (#close_for_another_thread).
+      @closing_for_another_thread = nil
       # Wake-ups (and cancellations, see #cancel_from_any_thread) posted from other threads,
       # handed over under a lock and applied on the reactor thread by a small fiber of its own
       # (see #wake_from_any_thread).
@@ -615,11 +617,20 @@ module Weft
     # way (cancel, then close, in one turn: the server's shutdown) gets that instead.
     def io_closing(io)
       waiting = @io_waiters.delete(io)
-      waiting && Array(waiting).each do |fiber|
-        fiber.raise(IOError, "stream closed in another fiber") unless @raises.each_key.any? { |task| task.fiber.equal?(fiber) }
+      if waiting
+        message = @closing_for_another_thread.equal?(io) ? CLOSED_IN_ANOTHER_THREAD : CLOSED_IN_ANOTHER_FIBER
+        Array(waiting).each do |fiber|
+          fiber.raise(IOError, message) unless @raises.each_key.any? { |task| task.fiber.equal?(fiber) }
+        end
       end
       yield
     end
+
+    # What the fibers waiting on an IO closed by another fiber of this reactor are told
+    # (#io_closing); Ruby's own words for a thread's IO closed by another thread, which a close
+    # handed over from another thread (#close_from_any_thread) gives them.
+    CLOSED_IN_ANOTHER_FIBER = "stream closed in another fiber"
+    CLOSED_IN_ANOTHER_THREAD = "stream closed in another thread"
 
     # @api private: whether a fiber of this reactor waits on `io` through #io_wait (read from
     # any thread: a lookup in a Hash compared by identity runs no Ruby code, so the GVL keeps it
@@ -644,13 +655,23 @@ module Weft
 
     # An IO#close handed to the reactor's thread (see #close_from_any_thread).
     ForeignClose = Struct.new(:io, :outcome) do
-      # Closes the IO on the current thread and hands the outcome to the waiting caller.
-      def call
-        io.close
+      # Closes the IO on the current thread, for `scheduler` (the reactor's), and hands the
+      # outcome to the waiting caller.
+      def call(scheduler)
+        scheduler.close_for_another_thread(io)
         outcome << nil
       rescue Exception => e # rubocop:disable Lint/RescueException -- the caller's to handle, as if it had closed
         outcome << e
       end
+    end
+
+    # @api private: closes `io` for a caller on another thread (ForeignClose), so that the
+    # fibers waiting on it are told who closed it (#io_closing).
+    def close_for_another_thread(io)
+      @closing_for_another_thread = io
+      io.close
+    ensure
+      @closing_for_another_thread = nil
     end
 
     # #io_wait with a timeout that needs no precision (a server connection lingering for its
@@ -1107,7 +1128,7 @@ module Weft
     # As the reactor closes: later posts are refused, and a close posted before that (which no
     # turn of the loop will take now) is done here, so that its caller does not wait forever.
     def close_leftover_foreign_work
-      swap_foreign_wakeups([].freeze).each { |target, _| target.call if target.is_a?(ForeignClose) }
+      swap_foreign_wakeups([].freeze).each { |target, _| target.call(self) if target.is_a?(ForeignClose) }
     end
 
     # The posts from other threads so far, replaced by `replacement` unless the reactor has
@@ -1125,7 +1146,7 @@ module Weft
         if target.is_a?(Task)
           target.cancel(argument)
         elsif target.is_a?(ForeignClose)
-          target.call
+          target.call(self)
         else
           wake(target, true, argument)
         end
