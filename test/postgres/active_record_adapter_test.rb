@@ -581,18 +581,50 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_equal 5, Entry.count
   end
 
+  # The migrator takes a session advisory lock on the adapter it migrates with (Rails 7.1-8.1),
+  # which holds one of the shared pool's connections for that adapter as any session change
+  # does, and ActiveRecord keeps the adapter leased after the migration (DatabaseTasks'
+  # lease_connection, Rails 7.1's Base.connection): a migration at boot, in a script or in a
+  # test's setup left that connection pinned, and with `pool: 1` every other fiber's statement
+  # waited checkout_timeout and failed. The lock unlocked, the connection is shared again.
+  def test_migrating_on_one_connection_leaves_it_shared_for_other_fibers
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 5))
+    with_widget_migration do |dir|
+      # Outside a reactor, as a boot-time migration before the server starts.
+      ActiveRecord::MigrationContext.new(dir).migrate
+      assert_equal 0, shared_pool.statistics[:pinned], "the migrating adapter kept the pool's only connection"
+      assert_equal %w[0 1 2], Weft.run { query_in_other_fibers(3) }
+      ActiveRecord::MigrationContext.new(dir).rollback
+      # Inside one: the migrating task goes on, holding its adapter, while others query.
+      Weft.run do
+        ActiveRecord::MigrationContext.new(dir).migrate
+        assert_equal 0, shared_pool.statistics[:pinned], "the migrating adapter kept the pool's only connection"
+        assert_equal %w[0 1 2], query_in_other_fibers(3)
+      end
+      assert ActiveRecord::Base.connection_pool.with_connection { |conn| conn.table_exists?(:weft_widgets) }
+      assert_equal "0", postgres.psql("select count(*) from pg_locks where locktype = 'advisory'", dbname: DATABASE).first["count"]
+    end
+  end
+
+  # A migration that finds the migrator's lock taken elsewhere fails at once
+  # (ConcurrentMigrationError, as with `postgresql`), and its failed try keeps no connection.
+  def test_a_migration_refused_the_lock_keeps_no_connection
+    ActiveRecord::Base.establish_connection(config.merge(pool: 1, checkout_timeout: 5))
+    lock_id = ActiveRecord::Migrator::MIGRATOR_SALT * Zlib.crc32(DATABASE)
+    with_widget_migration do |dir|
+      postgres.connect(DATABASE) do |other|
+        other.exec("select pg_advisory_lock(#{lock_id})")
+        assert_raises(ActiveRecord::ConcurrentMigrationError) { ActiveRecord::MigrationContext.new(dir).migrate }
+        assert_equal 0, shared_pool.statistics[:pinned], "the refused try kept the pool's only connection"
+        assert_equal %w[0 1], Weft.run { query_in_other_fibers(2) }
+      end
+      ActiveRecord::MigrationContext.new(dir).migrate # the lock free again
+      assert_equal [20_240_101_000_000], ActiveRecord::MigrationContext.new(dir).get_all_versions
+    end
+  end
+
   def test_migrations_schema_cache_explain_and_load_async
-    verbose = ActiveRecord::Migration.verbose
-    ActiveRecord::Migration.verbose = false
-    Dir.mktmpdir do |dir|
-      File.write(File.join(dir, "20240101000000_create_weft_widgets.rb"), <<~RUBY)
-        class CreateWeftWidgets < ActiveRecord::Migration[7.1]
-          def change
-            create_table(:weft_widgets) { |t| t.string :name, null: false; t.interval :span }
-            add_index :weft_widgets, :name
-          end
-        end
-      RUBY
+    with_widget_migration do |dir|
       context = ActiveRecord::MigrationContext.new(dir)
       context.migrate
       assert_equal [20_240_101_000_000], context.get_all_versions
@@ -600,8 +632,8 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
       refute ActiveRecord::Base.connection_pool.with_connection { |conn| conn.table_exists?(:weft_widgets) }
       context.migrate
     end
-    # The migrator's advisory lock held a connection for its adapter until ActiveRecord's pool
-    # took the adapter back; then the lock is gone and the connection is shared again.
+    # The migrator's advisory lock is gone, and its connection shared again (also while the
+    # adapter is still leased: test_migrating_on_one_connection_leaves_it_shared_for_other_fibers).
     ActiveRecord::Base.connection_pool.release_connection
     assert_equal 0, shared_pool.statistics[:pinned], "the migrator's advisory lock kept its connection"
     assert_equal "0", postgres.psql("select count(*) from pg_locks where locktype = 'advisory'").first["count"]
@@ -641,7 +673,6 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
       tracker&.finalize_session
     end
   ensure
-    ActiveRecord::Migration.verbose = verbose
     ActiveRecord.async_query_executor = executor
   end
 
@@ -773,6 +804,36 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
       Entry.create!(fiber: fiber, tag: "auto-2")
     end
     :ok
+  end
+
+  # Yields a folder with one migration, creating weft_widgets, quietly.
+  def with_widget_migration
+    verbose = ActiveRecord::Migration.verbose
+    ActiveRecord::Migration.verbose = false
+    Dir.mktmpdir do |dir|
+      File.write(File.join(dir, "20240101000000_create_weft_widgets.rb"), <<~RUBY)
+        class CreateWeftWidgets < ActiveRecord::Migration[7.1]
+          def change
+            create_table(:weft_widgets) { |t| t.string :name, null: false; t.interval :span }
+            add_index :weft_widgets, :name
+          end
+        end
+      RUBY
+      yield dir
+    end
+  ensure
+    ActiveRecord::Migration.verbose = verbose
+  end
+
+  # Runs a query in each of `count` new tasks, each with an ActiveRecord connection of its own.
+  # @return [Array<String>] their answers
+  def query_in_other_fibers(count)
+    Weft.timeout(30) do
+      tasks = Array.new(count) do |index|
+        Weft.spawn { ActiveRecord::Base.connection_pool.with_connection { |conn| conn.select_value("select '#{index}'") } }
+      end
+      Weft.gather(tasks)
+    end
   end
 
   # Runs the block while a thread counts the app's backends in pg_stat_activity every 10 ms,

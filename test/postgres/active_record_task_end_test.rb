@@ -43,6 +43,41 @@ class PostgresActiveRecordTaskEndTest < Minitest::Test
     assert_next_task_gets_a_clean_connection("weft_postgresql")
   end
 
+  # ActiveRecord's reset! would build the adapter's type map again (three catalog queries and
+  # the map built from them, most of what a reset costs): a task's end keeps it, and the next
+  # task still reads PostgreSQL's types through it, in a session set up as ActiveRecord sets
+  # one up (its time zone UTC, not the database's default that DISCARD ALL goes back to).
+  def test_postgresql_connection_reset_as_its_task_ends_keeps_its_type_map
+    postgres.psql("ALTER DATABASE #{DATABASE} SET timezone = 'Asia/Tokyo'")
+    ActiveRecord::Base.establish_connection(config("postgresql", pool: 1))
+    pool = ActiveRecord::Base.connection_pool
+    lease = pool.respond_to?(:lease_connection) ? :lease_connection : :connection
+    sent_at_end = []
+    task_done = false
+    subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
+      sent_at_end << payload[:sql] if task_done
+    end
+    row = Weft.run do
+      Weft.spawn do
+        pool.public_send(lease).execute("SET statement_timeout = 4326")
+        task_done = true # what is sent from here on, the task's end sends
+      end.wait
+      task_done = false
+      Weft.spawn do
+        pool.with_connection do |conn|
+          conn.select_all("SELECT 2::int AS n, interval '2 days' AS span, current_setting('statement_timeout') AS timeout, " \
+                          "current_setting('TimeZone') AS zone, timestamptz '2026-01-02 03:04:05+00' AS at").cast_values.first
+        end
+      end.wait
+    end
+    ActiveSupport::Notifications.unsubscribe(subscriber)
+    assert_equal [2, 2.days, "0", "UTC", Time.utc(2026, 1, 2, 3, 4, 5)], row
+    assert_includes sent_at_end, "SET intervalstyle = iso_8601", "the task's end did not set the session up again"
+    assert_empty sent_at_end.grep(/pg_range/), "the task's end built the type map again"
+  ensure
+    postgres.psql("ALTER DATABASE #{DATABASE} RESET timezone")
+  end
+
   # Rails 7.1 leases a connection for any model query outside with_connection: a task that ran
   # one gives it back as it ends, so a pool of one serves task after task, in any fiber. (The
   # last of the 20 waits for the 19 before it: 0.5 s of checkout_timeout was too little at a

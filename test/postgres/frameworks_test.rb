@@ -34,6 +34,29 @@ class PostgresFrameworksTest < Minitest::Test
     end
   end
 
+  # A migration at boot on a pool of one PostgreSQL connection: the migrator's advisory lock
+  # held that connection for the adapter that migrated, which ActiveRecord keeps leased to the
+  # booting thread, so every request waited checkout_timeout and failed; unlocked, it is shared.
+  def test_weft_postgresql_adapter_migrates_at_boot_on_one_connection
+    database = "weft_boot_migration"
+    postgres.psql("DROP DATABASE IF EXISTS #{database}")
+    postgres.create_database(database)
+    url = "#{postgres.url(database).sub('postgres://', 'weft-postgresql://')}?pool=1&checkout_timeout=3"
+    Dir.mktmpdir do |migrations|
+      File.write(File.join(migrations, "20240101000000_create_weft_boot_widgets.rb"), <<~RUBY)
+        class CreateWeftBootWidgets < ActiveRecord::Migration[7.1]
+          def change
+            create_table(:weft_boot_widgets) { |t| t.string :name }
+          end
+        end
+      RUBY
+      serve(File.join(APPS, "weft_postgresql.ru"), database_url: url, env: { "MIGRATE" => migrations }) do |port|
+        assert_equal "widgets 0", get(port, "/widgets")
+        assert_equal "probe w 1", get(port, "/probe")
+      end
+    end
+  end
+
   def test_sequel_requests_overlap_under_weft
     serve(File.join(APPS, "sequel.ru")) do |port|
       assert_equal "probe s", get(port, "/probe")
@@ -56,10 +79,11 @@ class PostgresFrameworksTest < Minitest::Test
     response.body
   end
 
-  # Runs `weft serve` on the rackup file in a single process and yields its port.
-  def serve(rackup, database_url: postgres.url)
+  # Runs `weft serve` on the rackup file in a single process, with `env` added to its
+  # environment, and yields its port.
+  def serve(rackup, database_url: postgres.url, env: {})
     skip "Weft's server (exe/weft) is not available" unless File.exist?(File.join(ROOT, "lib/weft/server.rb"))
-    env = { "DATABASE_URL" => database_url, "RUBYLIB" => File.join(ROOT, "lib") }
+    env = env.merge("DATABASE_URL" => database_url, "RUBYLIB" => File.join(ROOT, "lib"))
     serve_rackup(rackup, env: env, args: ["-q"]) { |port, _log| yield port }
   end
 end

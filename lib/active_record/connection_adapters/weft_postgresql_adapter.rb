@@ -111,6 +111,47 @@ module ActiveRecord
         end
       end
 
+      # Takes a session advisory lock (`pg_try_advisory_lock`), as ActiveRecord's migrator does
+      # around each run. The lock lives in a session, so the adapter holds the connection it was
+      # taken on (as for any session change) until #release_advisory_lock unlocks it; a try that
+      # failed holds nothing, and the connection goes back at once if nothing else held it.
+      # @param lock_id [Integer]
+      # @return [Boolean] whether the lock was taken
+      def get_advisory_lock(lock_id)
+        routed = @raw_connection # nil until the adapter connects (in super, then)
+        session_was_shared = !routed&.session_changed?
+        changes_before = routed ? routed.session_changes : 0
+        locked = super
+        # Only the lock's own statement changed the session (not, say, a reconnect's SET).
+        lock_alone = session_was_shared && (routed.nil? || @raw_connection.equal?(routed)) &&
+                     @raw_connection.session_changes == changes_before + 1
+        if lock_alone && locked
+          @lone_advisory_lock = [lock_id, @raw_connection, @raw_connection.session_changes]
+        elsif lock_alone
+          give_back_restored_session # a failed try holds nothing
+        end
+        locked
+      end
+
+      # Unlocks a lock of #get_advisory_lock. When that lock was all that held the adapter's
+      # connection (nothing else changed the session since), the connection goes back to the
+      # shared pool, its session as the pool gave it: ActiveRecord keeps the adapter that
+      # migrated leased (DatabaseTasks' lease_connection, Rails 7.1's Base.connection), and
+      # holding the connection on until the adapter went back took one of the pool's
+      # connections from every other fiber (with `pool: 1`, all of them waited
+      # checkout_timeout and failed).
+      # @param lock_id [Integer]
+      # @return [Boolean] whether the lock was held and is now released
+      def release_advisory_lock(lock_id)
+        unlocked = super
+        lone_lock_id, routed, changes = @lone_advisory_lock
+        if lone_lock_id == lock_id
+          @lone_advisory_lock = nil
+          give_back_restored_session if unlocked && @raw_connection.equal?(routed) && routed.session_changes == changes
+        end
+        unlocked
+      end
+
       # @see PostgreSQL::DatabaseStatements#begin_db_transaction
       def begin_db_transaction
         require_fiber_isolation
@@ -188,6 +229,12 @@ module ActiveRecord
       # (which holds a connection for it, as any session change does).
       def reconfigure_connection_timezone
         super unless @raw_connection.session_setup.timezone_for?(default_timezone)
+      end
+
+      # The session of the held connection is as the pool gave it again (see
+      # #release_advisory_lock): it goes back unless a transaction still needs it.
+      def give_back_restored_session
+        @lock.synchronize { @raw_connection.session_restored }
       end
 
       # Called as ActiveRecord's pool takes the adapter back: what it held goes back too.

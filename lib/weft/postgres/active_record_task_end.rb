@@ -17,9 +17,9 @@ module Weft
     # and it stayed out of the pool while the fiber waited idle. Here it goes back as the task
     # ends, as the reaper gives back a dead fiber's connection: reset (rolled back, its session
     # cleared and set up again: with `adapter: postgresql` ActiveRecord's reset!, ROLLBACK if
-    # needed, DISCARD ALL, the session settings and the type map, about ten round trips; the
-    # weft_postgresql adapter gives back the PostgreSQL connection it held, if any, and makes
-    # none of its own) and checked in.
+    # needed, DISCARD ALL and the session settings, keeping the adapter's type map (see
+    # KeptTypeMap); the weft_postgresql adapter gives back the PostgreSQL connection it held, if
+    # any, and makes no round trip of its own) and checked in.
     #
     # A task that holds nothing at its end costs a fiber-local read: only tasks that checked a
     # connection out (with_connection included) are looked at, and only in those pools. A
@@ -45,6 +45,34 @@ module Weft
         end
       end
 
+      # Prepended to ActiveRecord's PostgreSQLAdapter: an adapter reset as its task ends keeps
+      # its type map instead of building it again. ActiveRecord's reset! reconfigures the
+      # adapter as if newly connected, and most of that is the type map (PostgreSQL types by
+      # OID to ActiveRecord types) loaded anew, three catalog queries and the map built from
+      # them: 2.4 of 3.6 ms of CPU per reset (Rails 7.2, Ruby 3.1; bench/postgres/task_end_bench.rb).
+      # It describes the database's types, which neither ROLLBACK nor DISCARD ALL changes, and
+      # lives in the adapter object, which stays; a schema change that adds types rebuilds it as
+      # it is made (enable_extension, create_enum...). Everything else reset! does (the session
+      # settings, the time zone, the result decoders) it still does.
+      module KeptTypeMap
+        # ActiveRecord's #reset!, keeping the adapter's type map if it has one.
+        # @return [void]
+        def reset_keeping_type_map!
+          return reset! unless @type_map
+          @weft_keeping_type_map = true
+          begin
+            reset!
+          ensure
+            @weft_keeping_type_map = false
+          end
+        end
+
+        # ActiveRecord's, but not during #reset_keeping_type_map!.
+        def reload_type_map
+          super unless @weft_keeping_type_map
+        end
+      end
+
       class << self
         # Hooks into ActiveRecord's pools and Weft's task ends; once per process.
         # @return [void]
@@ -52,6 +80,7 @@ module Weft
           return if @installed
           @installed = true
           ActiveRecord::ConnectionAdapters::ConnectionPool.prepend(CheckoutNote)
+          ActiveSupport.on_load(:active_record_postgresqladapter) { prepend(KeptTypeMap) }
           Weft::Task.on_end { give_back }
         end
 
@@ -85,11 +114,14 @@ module Weft
 
         # Clears what the task left in the connection's session, as the reaper does before it
         # checks a dead owner's connection in (#reset!), or as the adapter knows to do more
-        # cheaply (`reset_for_next_task!`: the weft_postgresql adapter's). A connection that
+        # cheaply (`reset_for_next_task!`: the weft_postgresql adapter's;
+        # `reset_keeping_type_map!`: ActiveRecord's PostgreSQL adapter, see KeptTypeMap). A connection that
         # cannot be reset is disconnected: ActiveRecord reconnects it at its next use.
         def reset(connection)
           if connection.respond_to?(:reset_for_next_task!)
             connection.reset_for_next_task!
+          elsif connection.respond_to?(:reset_keeping_type_map!)
+            connection.reset_keeping_type_map!
           else
             connection.reset!
           end

@@ -17,6 +17,10 @@ ActiveRecord::Base.connection_pool.with_connection do |conn|
   conn.create_table(:weft_probes, if_not_exists: true) { |t| t.string :name }
 end
 
+# MIGRATE=folder: its migrations run at boot, as an app may run them before it serves, on the
+# adapter ActiveRecord leases to the booting thread and keeps there (not in with_connection).
+ActiveRecord::MigrationContext.new(ENV["MIGRATE"]).migrate if ENV["MIGRATE"]
+
 run lambda { |env|
   body = ActiveRecord::Base.connection_pool.with_connection do |conn|
     case env["PATH_INFO"]
@@ -24,6 +28,7 @@ run lambda { |env|
     when "/probe"
       probe = WeftProbe.transaction { WeftProbe.create!(name: "w") }
       "probe #{WeftProbe.find(probe.id).name} #{WeftProbe.where(id: probe.id).count}"
+    when "/widgets" then "widgets #{conn.select_value('select count(*) from weft_boot_widgets')}"
     when "/backends"
       conn.select_value("select count(*) from pg_stat_activity where application_name = 'weft' " \
                         "and datname = current_database()").to_s

@@ -37,12 +37,17 @@ module ActiveRecord
         attr_accessor :type_map_for_queries
         # @return [PG::TypeMap, nil] how result values are decoded (set by the adapter)
         attr_accessor :type_map_for_results
+        # @return [Integer] how many statements (and #pin_session calls) have changed the session
+        #   of a held connection so far, counted over this object's life: a caller that notes it
+        #   can tell later whether anything changed the session since
+        attr_reader :session_changes
 
         # @param database [SharedDatabase]
         def initialize(database)
           @database = database
           @lease = nil
           @session_state = false
+          @session_changes = 0
           @running = nil # the fiber (or thread) whose statement runs on the lease, while one does
           @abandoned = nil # the lease #release left to that fiber to give back
           @lease_fiber = nil # the fiber and Weft task that took the lease
@@ -94,6 +99,7 @@ module ActiveRecord
             raise PG::ConnectionBad, "connection is closed"
           end
           @session_state = true
+          @session_changes += 1
           @lease.raw
         end
 
@@ -120,6 +126,23 @@ module ActiveRecord
           reset_session = @session_state
           @session_state = false
           lease.release(reset_session: reset_session)
+        end
+
+        # @return [Boolean] whether a connection is held for a changed session (cleared as it
+        #   goes back)
+        def session_changed?
+          @session_state
+        end
+
+        # For a caller that undid its own change of the session (an advisory lock it unlocked)
+        # and knows no other was made (#session_changes): the connection is no longer held for
+        # its session, and goes back to the pool as it is (no DISCARD ALL) unless an open
+        # transaction still needs it.
+        # @return [void]
+        def session_restored
+          return unless @lease && @session_state
+          @session_state = false
+          release_unless_needed(true)
         end
 
         # @return [Integer] PG::PQTRANS_* of the held connection; idle when none is held
@@ -219,7 +242,10 @@ module ActiveRecord
           # Closed by another fiber while this one waited for the connection (ActiveRecord's
           # disconnect! takes adapters still in use): nobody would give the connection back.
           raise PG::ConnectionBad, "connection is closed" if @closed
-          @session_state ||= StatementScope.session_state?(sql)
+          if StatementScope.session_state?(sql)
+            @session_state = true
+            @session_changes += 1
+          end
           @running = Fiber.current
           result = traced(sql) { yield lease }
           raise PG::ConnectionBad, "the connection was taken back while the statement ran" if @abandoned.equal?(lease)
