@@ -12,6 +12,12 @@
 # completed per second. With `unique` the fibers send `select <n>` with a number never sent
 # before (a text built per call, as SQL with its values written in is): what tracking the
 # texts seen costs a pool whose texts never repeat, Weft only.
+#
+# Beside each rate goes the CPU time a statement cost (user + system, µs): the client's (this
+# process over the measured seconds for Weft, pgbench's process for pgbench) and the server's
+# (its backends and other processes, ServerCpu), which on a machine shared with other work say
+# more than the rates do, and show whether both sides got the same budget (Weft's client is
+# one thread; pgbench's `-j 2` is two, of which it uses a fraction).
 
 require_relative "support"
 require "tempfile"
@@ -26,25 +32,36 @@ module PostgresBench
 
     module_function
 
+    # @return [Array<Array(String, Float, Float, Float)>] per contender: its label, statements
+    #   per second, and client and server CPU µs per statement (nil where not measured)
     def run(seconds, unique: false)
       url = PostgresBench.database[:url]
       rows = []
-      rows << ["Weft pool, pipelined", weft(url, seconds, pipelining: true, unique: unique)]
-      rows << ["Weft pool, not pipelined", weft(url, seconds, pipelining: false, unique: unique)]
+      rows << ["Weft pool, pipelined", *weft(url, seconds, pipelining: true, unique: unique)]
+      rows << ["Weft pool, not pipelined", *weft(url, seconds, pipelining: false, unique: unique)]
       return rows if unique
 
-      rows << ["pgbench (C), 4 clients", pgbench(seconds, pipelined: false)]
-      rows << ["pgbench (C), 4 clients, pipelined", pgbench(seconds, pipelined: true)]
-      rows << ["pgbench (C), 4 clients, pipelined, -M prepared", pgbench(seconds, pipelined: true, mode: "prepared")]
+      rows << ["pgbench (C), 4 clients", *pgbench(seconds, pipelined: false)]
+      rows << ["pgbench (C), 4 clients, pipelined", *pgbench(seconds, pipelined: true)]
+      rows << ["pgbench (C), 4 clients, pipelined, -M prepared", *pgbench(seconds, pipelined: true, mode: "prepared")]
       rows
     end
 
     # Statements per second from FIBERS fibers looping `select 1` (or unique texts) through
-    # one pool.
+    # one pool, and the client's and server's CPU µs per statement while measuring.
+    # @return [Array(Float, Float, Float)]
     def weft(url, seconds, pipelining:, unique: false)
       pool = Weft::Postgres::Pool.new(url, limit: CONNECTIONS, pipelining: pipelining)
-      count, elapsed = select_one_loop(pool, seconds, unique: unique)
-      count / elapsed
+      server = ServerCpu.new(url)
+      client = server_seconds = nil
+      count, elapsed = select_one_loop(pool, seconds, unique: unique) do |measured|
+        client = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+        server_seconds = server.seconds
+        measured.call
+        client = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - client
+        server_seconds = server.seconds&.-(server_seconds)
+      end
+      [count / elapsed, client * 1e6 / count, server_seconds&.*(1e6 / count)]
     ensure
       pool&.close
     end
@@ -84,7 +101,9 @@ module PostgresBench
       [count, elapsed]
     end
 
-    # Statements per second from pgbench with a `select 1` script over CONNECTIONS clients.
+    # Statements per second from pgbench with a `select 1` script over CONNECTIONS clients, and
+    # pgbench's and the server's CPU µs per statement over the run.
+    # @return [Array(Float, Float, Float)]
     def pgbench(seconds, pipelined:, mode: "extended")
       script = Tempfile.new(["select1", ".sql"])
       per_transaction = pipelined ? PIPELINE_BATCH : 1
@@ -93,21 +112,76 @@ module PostgresBench
       db = PostgresBench.database
       command = ["pgbench", "-n", "-M", mode, "-c", CONNECTIONS.to_s, "-j", "2", "-T", seconds.to_s,
                  "-f", script.path, db[:url]]
+      server = ServerCpu.new(db[:url])
+      server_before = server.seconds
+      before = Process.times
       out, status = Open3.capture2e(*command)
+      after = Process.times
       raise "pgbench failed: #{out}" unless status.success?
-      tps = out[/tps = ([\d.]+)/, 1].to_f
-      tps * per_transaction
+      server_seconds = server.seconds_after_backends_end&.-(server_before)
+      statements = out[/number of transactions actually processed: (\d+)/, 1].to_f * per_transaction
+      client = after.cutime + after.cstime - before.cutime - before.cstime
+      [out[/tps = ([\d.]+)/, 1].to_f * per_transaction, client * 1e6 / statements, server_seconds&.*(1e6 / statements)]
     ensure
       script&.close!
     end
 
+    # The CPU time the PostgreSQL server has used so far (user + system), on Linux with the
+    # server on this machine: its postmaster's children that run (backends, background
+    # processes) and those it has reaped (a backend whose client left), from /proc. The backends
+    # are the server's processes that a pool's statements cost; nil where it cannot be read.
+    class ServerCpu
+      # @param url [String] the server, asked for its data directory (a superuser's connection)
+      def initialize(url)
+        connection = PG.connect(url)
+        pid_file = File.join(connection.exec("show data_directory").getvalue(0, 0), "postmaster.pid")
+        @postmaster = Integer(File.read(pid_file).lines.first)
+        @tick = Float(Etc.sysconf(Etc::SC_CLK_TCK))
+      rescue PG::Error, SystemCallError, ArgumentError
+        @postmaster = nil # not local, or not readable
+      ensure
+        connection&.close
+      end
+
+      # @return [Float, nil] seconds of CPU used by the server's processes so far
+      def seconds
+        return nil unless @postmaster
+        # /proc/PID/stat after the command's closing parenthesis: state is field 0, ppid 1,
+        # utime 11, stime 12, cutime 13, cstime 14.
+        postmaster = stat(@postmaster) or return nil
+        ticks = postmaster[13].to_i + postmaster[14].to_i
+        Dir.glob("/proc/[0-9]*/stat") do |path|
+          fields = stat(path) or next
+          ticks += fields[11].to_i + fields[12].to_i if fields[1].to_i == @postmaster
+        end
+        ticks / @tick
+      end
+
+      # #seconds once the backends of clients that have left are reaped: until then a
+      # backend that has exited counts neither as running nor as reaped.
+      def seconds_after_backends_end
+        sleep 0.5
+        seconds
+      end
+
+      private
+
+      def stat(pid_or_path)
+        path = pid_or_path.is_a?(Integer) ? "/proc/#{pid_or_path}/stat" : pid_or_path
+        File.read(path).split(") ", 2).last.split
+      rescue SystemCallError
+        nil # gone meanwhile
+      end
+    end
+
     def report(seconds, unique: false)
       rows = run(seconds, unique: unique)
-      pipelined, plain = rows[0].last, rows[1].last
+      pipelined, plain = rows[0][1], rows[1][1]
       yardsticks = unique ? "" : <<~MARKDOWN
-        Pipelined, of pgbench pipelined: #{format('%.1f%%', 100 * pipelined / rows[3].last)} of `-M extended`,
-        #{format('%.1f%%', 100 * pipelined / rows[4].last)} of `-M prepared`.
+        Pipelined, of pgbench pipelined: #{format('%.1f%%', 100 * pipelined / rows[3][1])} of `-M extended`,
+        #{format('%.1f%%', 100 * pipelined / rows[4][1])} of `-M prepared`.
       MARKDOWN
+      cpu = ->(value) { value ? format("%.2f", value) : "n/a" }
       <<~MARKDOWN
         ## `#{unique ? 'select <n>, every text new' : 'select 1'}`: #{FIBERS} fibers over #{CONNECTIONS} connections
 
@@ -115,12 +189,12 @@ module PostgresBench
         #{seconds} s after a 1 s warm-up; pgbench `-M extended -c #{CONNECTIONS} -j 2` and pipelined also
         `-M prepared`, pipelined script = #{PIPELINE_BATCH} statements per `\\startpipeline`/`\\endpipeline`).
 
-        | contender | statements/s | vs Weft not pipelined |
-        |---|---:|---:|
-        #{rows.map { |label, value| "| #{label} | #{PostgresBench.format_number(value)} | #{format('%.2fx', value / plain)} |" }.join("\n")}
+        | contender | statements/s | vs Weft not pipelined | client CPU µs/statement | server CPU µs/statement |
+        |---|---:|---:|---:|---:|
+        #{rows.map { |label, value, client, server| "| #{label} | #{PostgresBench.format_number(value)} | #{format('%.2fx', value / plain)} | #{cpu[client]} | #{cpu[server]} |" }.join("\n")}
 
         ```
-        #{PostgresBench.bars(rows, unit: " stmt/s")}
+        #{PostgresBench.bars(rows.map { |label, value| [label, value] }, unit: " stmt/s")}
         ```
 
         Pipelined / not pipelined: **#{format('%.2fx', pipelined / plain)}** (target: at least 5x).

@@ -79,6 +79,64 @@ class ResultReaderTest < Minitest::Test
     end
   end
 
+  def test_the_c_sender_sends_a_prepared_statement_without_parameters
+    skip "the C reader is not bound" if Weft::Postgres::ResultReader::SENDER.nil?
+    @conn.send_prepare("weft_test_one", "select 1 as one")
+    assert_equal true, Weft::Postgres::NativeSender.send_prepared(@conn, "weft_test_one")
+    assert_equal true, Weft::Postgres::NativeSender.send_prepared(@conn, "weft_test_one")
+    @conn.__send__(Weft::Postgres::Pipeline::SEND_SYNC)
+    @conn.flush
+    results = take_until_synced(Weft::Postgres::ResultReader, 1)
+    statuses = results.map { |r| r.is_a?(PG::Result) ? r.result_status : r }
+    assert_equal [PG::PGRES_COMMAND_OK, nil, PG::PGRES_TUPLES_OK, nil, PG::PGRES_TUPLES_OK, nil, true], statuses
+    assert_equal [{ "one" => "1" }], results[4].to_a
+  end
+
+  def test_the_c_sender_leaves_a_refused_statement_to_pg_s_error
+    skip "the C reader is not bound" if Weft::Postgres::ResultReader::SENDER.nil?
+    conn = PG.connect(postgres.conninfo)
+    conn.prepare("weft_test_one", "select 1")
+    conn.send_query("select pg_sleep(0.2)") # outside pipeline mode libpq takes one command at a time
+    assert_equal false, Weft::Postgres::NativeSender.send_prepared(conn, "weft_test_one")
+    error = assert_raises(PG::UnableToSend) { conn.send_query_prepared("weft_test_one", []) }
+    assert_match(/another command is already in progress/, error.message)
+    assert_equal [{ "pg_sleep" => "" }], conn.get_last_result.to_a, "the refused statement went nowhere"
+  ensure
+    conn&.close
+  end
+
+  def test_a_pool_sends_its_named_statements_without_parameters_through_the_c_sender
+    skip "the C reader is not bound" if Weft::Postgres::ResultReader::SENDER.nil?
+    sent = []
+    counter = Module.new do
+      define_method(:send_prepared) do |connection, name|
+        sent << name
+        super(connection, name)
+      end
+    end
+    Weft::Postgres::NativeSender.singleton_class.prepend(counter)
+    pool = Weft::Postgres::Pool.new(postgres.url, limit: 1)
+    values = []
+    Weft.run do
+      tasks = Array.new(10) do |i|
+        Weft.spawn do
+          3.times do
+            values << [nil, pool.query("select 7 as seven").getvalue(0, 0)]
+            values << [i, pool.query("select $1::int as given", i).getvalue(0, 0)]
+          end
+        end
+      end
+      Weft.gather(tasks)
+    end
+    assert_equal 60, values.size
+    values.each { |given, value| assert_equal((given || 7).to_s, value) }
+    refute_empty sent, "no statement went through the C sender"
+    assert_equal 1, sent.uniq.size, "only the parameterless `select 7` goes through it: #{sent.uniq}"
+  ensure
+    counter&.then { |mod| mod.send(:remove_method, :send_prepared) }
+    pool&.close
+  end
+
   private
 
   def send_segment(*statements)

@@ -75,6 +75,8 @@ module Weft
       SUCCEEDED = ResultReader::SUCCEEDED
       # What takes the results libpq has complete (C where it can, see ResultReader).
       READER = ResultReader::READER
+      # What sends a named statement without parameters (C where it can, see ResultReader).
+      SENDER = ResultReader::SENDER
       # SQLSTATEs (or their classes) of errors a statement meets only because its segment ran
       # as one transaction with other callers' statements: transaction rollback (deadlock,
       # serialization failure), invalid transaction state ("cannot run inside a transaction
@@ -348,7 +350,15 @@ module Weft
           @raw.send_prepare(found.name, sql)
         end
         request.named = found
-        @raw.send_query_prepared(found.name, params)
+        send_prepared(found.name, params)
+      end
+
+      # Sends the named statement: without parameters with one C call to libpq (NativeSender),
+      # which spares what `pg`'s send_query_prepared does for parameters there are none of
+      # (ext/weft_pg/weft_pg.c); where libpq refuses it, `pg`'s call raises libpq's error.
+      def send_prepared(name, params)
+        return if params.empty? && SENDER && SENDER.send_prepared(@raw, name)
+        @raw.send_query_prepared(name, params)
       end
 
       # The result of something sent before `request` on its behalf (#send_named): a

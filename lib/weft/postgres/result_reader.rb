@@ -76,6 +76,9 @@ module Weft
 
       # The reader Pipeline uses: NativeResultReader or ResultReader.
       READER = native? ? NativeResultReader : self
+      # What Pipeline sends a named statement without parameters with: NativeSender where the C
+      # reader is bound (the same look-up binds it), nil (`pg`'s send_query_prepared) otherwise.
+      SENDER = READER.equal?(self) ? nil : NativeSender
     end
   end
 end
