@@ -722,9 +722,10 @@ module Weft
         # the earliest its sync point can have arrived (#wait_and_read). Up to when the sync point
         # is read instead, it would include the time this process took to get round to reading
         # it (a busy reactor, a core shared with other processes), and short statements would
-        # pass for long ones under load.
+        # pass for long ones under load. Where the floor comes before the start as counted, the
+        # pool cannot tell the time: it counts 0 (see ServerTime.segment_time).
         started = segment.empty? ? @read_at : segment_start(segment.first)
-        took = @arrived_after - started
+        took = ServerTime.segment_time(@arrived_after, started)
         @progress_at = @read_at
         @settled += segment.size
         segment.each { |request| @slow_in_flight -= 1 if request.slow } if @slow_in_flight > 0
