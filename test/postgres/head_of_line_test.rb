@@ -8,8 +8,11 @@ require "weft/postgres"
 # Measured against the real server: the callers' times, the statements' results, and
 # pg_stat_activity (read on a connection of its own) for statements left running.
 class PostgresHeadOfLineTest < Minitest::Test
-  # How late after its timeout a caller may get the error (a loaded machine: generous).
-  LATE = 0.3
+  # How late after its timeout a caller may get the error (a loaded machine: generous). The
+  # defect these bounds guard is a caller kept waiting for its statement's 30 s; 0.88 s (a
+  # 0.5 s timeout on a reactor running 20 busy fibers, beside three helpers' work, load ~10)
+  # failed a bound of 0.3 once.
+  LATE = 0.75
 
   include Weft::Test::PostgresPools
 
