@@ -454,6 +454,7 @@ class PostgresPoolTest < Minitest::Test
       sleep 0.05 # let it pin the only connection
       error = assert_elapsed_under(0.8) { assert_raises(Weft::Postgres::PoolTimeout) { db.with {} } }
       assert_match(/within 0.2s/, error.message)
+      assert_match(/every connection is held for a transaction, a #with or #lease block/, error.message)
       assert_raises(Weft::Postgres::PoolTimeout) { db.query("select 1") }
       holder.wait
       assert_equal "1", db.query("select 1").getvalue(0, 0)

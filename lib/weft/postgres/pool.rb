@@ -1351,8 +1351,16 @@ module Weft
 
         raise PoolTimeout, "no PostgreSQL connection free within #{@acquire_timeout}s " \
                            "(pool limit #{@limit}, #{@pinned.size} pinned, #{@shared.size} shared, " \
-                           "#{@slot_queue.size + @pin_queue.size} waiting)"
+                           "#{@slot_queue.size + @pin_queue.size} waiting)#{ALL_PINNED if @pinned.size >= @limit}"
       end
+
+      # What PoolTimeout adds when every connection was pinned: nothing was shared to pipeline
+      # onto, and the way out is the application's, which a bare count does not say (an
+      # ActiveRecord adapter kept leased after a migration held the one connection of a pool of
+      # one, and every other fiber's statement timed out).
+      ALL_PINNED = ": every connection is held for a transaction, a #with or #lease block, or " \
+                   "session state (SET, an advisory lock, LISTEN) until it is given back; end those " \
+                   "sooner, or raise the pool's limit or acquire_timeout"
     end
   end
 end
