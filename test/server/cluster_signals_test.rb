@@ -51,6 +51,37 @@ class ServerClusterSignalsTest < Minitest::Test
     end
   end
 
+  # The same window later on: a TERM during the worker's after_worker_boot hooks (the app
+  # loaded, the server not built yet) stops it gracefully once its server runs, its
+  # before_worker_shutdown hooks run. Before, Ruby's default turned it into an exception in the
+  # hook: "worker 0 failed: SignalException", and no before_worker_shutdown.
+  def test_a_term_during_after_worker_boot_stops_the_worker_gracefully
+    Dir.mktmpdir do |dir|
+      files = %i[hold go held shut].to_h { |name| [name, File.join(dir, name.to_s)] }
+      config = <<~RUBY
+        workers 1
+        after_worker_boot do
+          next unless File.exist?(#{files[:hold].inspect}) && !File.exist?(#{files[:go].inspect})
+          File.write(#{files[:held].inspect}, Process.pid.to_s)
+          sleep 0.02 until File.exist?(#{files[:go].inspect})
+        end
+        before_worker_shutdown { File.write(#{files[:shut].inspect}, Process.pid.to_s) }
+      RUBY
+      with_cluster(dir, config) do |master, port, log|
+        first = eventually(15, "one worker") { (p = child_pids(master)).size == 1 && p.first }
+        File.write(files[:hold], "")
+        Process.kill("KILL", first)
+        held = eventually(15, "the replacement held in after_worker_boot") { File.size?(files[:held]) && File.read(files[:held]).to_i }
+        Process.kill("TERM", held)
+        File.write(files[:go], "")
+        eventually(20, "the worker TERMed in after_worker_boot exits") { !child_pids(master).include?(held) }
+        assert_equal held.to_s, File.exist?(files[:shut]) && File.read(files[:shut]), "its before_worker_shutdown hooks did not run"
+        refute_match(/failed/, File.read(log))
+        eventually(20, "a replacement serving") { (p = worker_pids(port, tries: 5)).size == 1 && !p.include?(held) }
+      end
+    end
+  end
+
   # The master's stop sends TERM to a worker still in that window: it must not wait
   # shutdown_timeout + 5 s (here 40 s) for it, nor kill it.
   def test_the_masters_stop_does_not_wait_for_a_worker_forked_moments_before
@@ -105,7 +136,8 @@ class ServerClusterSignalsTest < Minitest::Test
   def test_a_stop_signal_sent_while_a_hot_restarted_master_boots_stops_the_cluster
     %w[TERM INT QUIT].each do |signal|
       Dir.mktmpdir do |dir|
-        with_cluster(dir) do |master, port, log|
+        # QUIT's default dumps core; none is wanted in the checkout.
+        with_cluster(dir, spawn: { rlimit_core: 0 }) do |master, port, log|
           old = eventually(15, "#{signal}: two workers") { (p = child_pids(master)).size == 2 && p }
           client = Thread.new { get_body(port, "/sleep?s=1") }
           sleep 0.3 # the request is in flight
@@ -171,13 +203,13 @@ class ServerClusterSignalsTest < Minitest::Test
   end
 
   # Runs a cluster of pid.ru (two workers unless `config` says otherwise) with a config file in
-  # `dir`; yields the master's pid, the port and the log's path.
-  def with_cluster(dir, config = "", env: {})
+  # `dir` (and Process.spawn options `spawn`); yields the master's pid, the port and the log's path.
+  def with_cluster(dir, config = "", env: {}, spawn: {})
     log = File.join(dir, "weft.log")
     port = free_tcp_port
     File.write(File.join(dir, "weft.rb"), "workers 2\n#{config}\n")
     with_weft(File.join(FIXTURES, "pid.ru"), "-C", File.join(dir, "weft.rb"), "-p", port.to_s, "-o", "127.0.0.1",
-              port: port, log: log, env: env) do |master|
+              port: port, log: log, env: env, spawn: spawn) do |master|
       yield master, port, log
     end
   end
