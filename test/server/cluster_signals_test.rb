@@ -39,7 +39,7 @@ class ServerClusterSignalsTest < Minitest::Test
   # it inherited, ran in it) stops it once it can: before, it was lost and the worker served on.
   def test_a_term_sent_to_a_worker_before_it_trapped_its_signals_stops_it
     with_held_fork do |master, port, files|
-      first = eventually(15, "one worker") { (p = child_pids(master)).size == 1 && p.first }
+      first = eventually(15, "one worker serving") { (p = worker_pids(port, tries: 5)).size == 1 && p.first }
       File.write(files[:hold], "")
       Process.kill("KILL", first) # its replacement is forked with the hold in place
       held = eventually(15, "the replacement held in its fork hook") { File.exist?(files[:held]) && File.read(files[:held]).to_i }
@@ -68,7 +68,7 @@ class ServerClusterSignalsTest < Minitest::Test
         before_worker_shutdown { File.write(#{files[:shut].inspect}, Process.pid.to_s) }
       RUBY
       with_cluster(dir, config) do |master, port, log|
-        first = eventually(15, "one worker") { (p = child_pids(master)).size == 1 && p.first }
+        first = eventually(15, "one worker serving") { (p = worker_pids(port, tries: 5)).size == 1 && p.first }
         File.write(files[:hold], "")
         Process.kill("KILL", first)
         held = eventually(15, "the replacement held in after_worker_boot") { File.size?(files[:held]) && File.read(files[:held]).to_i }
@@ -85,8 +85,8 @@ class ServerClusterSignalsTest < Minitest::Test
   # The master's stop sends TERM to a worker still in that window: it must not wait
   # shutdown_timeout + 5 s (here 40 s) for it, nor kill it.
   def test_the_masters_stop_does_not_wait_for_a_worker_forked_moments_before
-    with_held_fork("shutdown_timeout 35") do |master, _port, files|
-      first = eventually(15, "one worker") { (p = child_pids(master)).size == 1 && p.first }
+    with_held_fork("shutdown_timeout 35") do |master, port, files|
+      first = eventually(15, "one worker serving") { (p = worker_pids(port, tries: 5)).size == 1 && p.first }
       File.write(files[:hold], "")
       Process.kill("KILL", first)
       held = eventually(15, "the replacement held in its fork hook") { File.exist?(files[:held]) && File.read(files[:held]).to_i }
@@ -117,7 +117,7 @@ class ServerClusterSignalsTest < Minitest::Test
         end
       RUBY
       with_cluster(dir, config) do |master, port, log|
-        old = eventually(15, "two workers") { (p = child_pids(master)).size == 2 && p }
+        old = eventually(15, "two workers serving") { (p = worker_pids(port)).size == 2 && p }
         Process.kill("USR2", master)
         eventually(10, "the on_restart hook running") { File.exist?(restarting) }
         Process.kill("TERM", master)
@@ -138,7 +138,7 @@ class ServerClusterSignalsTest < Minitest::Test
       Dir.mktmpdir do |dir|
         # QUIT's default dumps core; none is wanted in the checkout.
         with_cluster(dir, spawn: { rlimit_core: 0 }) do |master, port, log|
-          old = eventually(15, "#{signal}: two workers") { (p = child_pids(master)).size == 2 && p }
+          old = eventually(15, "#{signal}: two workers serving") { (p = worker_pids(port)).size == 2 && p }
           client = Thread.new { get_body(port, "/sleep?s=1") }
           sleep 0.3 # the request is in flight
           Process.kill("USR2", master)
@@ -154,13 +154,51 @@ class ServerClusterSignalsTest < Minitest::Test
     end
   end
 
+  # A TERM to the new master once it has trapped its signals but before its workers booted: it
+  # stops its workers and the previous ones, and exits only once those have finished their
+  # requests too. (Before, it waited for its own only, and left the previous ones draining with
+  # no master.)
+  def test_a_hot_restarted_master_stopping_waits_for_the_previous_workers
+    Dir.mktmpdir do |dir|
+      files = %i[hold go held].to_h { |name| [name, File.join(dir, name.to_s)] }
+      config = <<~RUBY
+        after_worker_boot do
+          next unless File.exist?(#{files[:hold].inspect}) && !File.exist?(#{files[:go].inspect})
+          File.write(#{files[:held].inspect}, Process.pid.to_s)
+          sleep 0.02 until File.exist?(#{files[:go].inspect})
+        end
+      RUBY
+      with_cluster(dir, config) do |master, port, _log|
+        old = eventually(15, "two workers serving") { (p = worker_pids(port)).size == 2 && p }
+        File.write(files[:hold], "")
+        Process.kill("USR2", master)
+        eventually(40, "a new worker held in after_worker_boot") { File.size?(files[:held]) }
+        # Only the previous workers accept meanwhile. A request on a connection one of them has
+        # kept alive is answered, whenever the stop comes (the graceful stop's promise).
+        client = connect(port)
+        client.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        serving = read_response(client).body.to_i
+        assert_includes old, serving
+        client.write("GET /sleep?s=5 HTTP/1.1\r\nHost: x\r\n\r\n")
+        Process.kill("TERM", master)
+        File.write(files[:go], "")
+        eventually(40, "the master exits") { Process.waitpid(master, Process::WNOHANG) }
+        alive = old.select { |pid| process_alive?(pid) }
+        assert_empty alive, "previous workers still running after their master exited"
+        assert_equal serving, read_response(client).body.to_i, "the previous worker's request"
+      ensure
+        client&.close
+      end
+    end
+  end
+
   # During a hot restart the old master's worker 0 and the new master's worker 0 both serve:
   # /stats lists both, each labelled with its master generation, until the old one has exited.
   # (Before, they wrote the same file: /stats showed one or the other.)
   def test_stats_during_a_hot_restart_list_both_generations_labelled
     Dir.mktmpdir do |dir|
       with_cluster(dir, "workers 1\nstats_path \"/stats\"\nmetrics_path \"/metrics\"") do |master, port, _log|
-        old = eventually(15, "one worker") { (p = child_pids(master)).size == 1 && p.first }
+        old = eventually(15, "one worker serving") { (p = worker_pids(port, tries: 5)).size == 1 && p.first }
         idle = stats(port)["totals"]["in_flight"] # the /stats request's own, if it counts
         # A long request holds the old worker, draining, once the new one has booted.
         held = connect(port)
