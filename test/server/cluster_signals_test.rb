@@ -183,6 +183,7 @@ class ServerClusterSignalsTest < Minitest::Test
         serving = read_response(client).body.to_i
         assert_includes old, serving
         client.write("GET /sleep?s=5 HTTP/1.1\r\nHost: x\r\n\r\n")
+        sleep 0.5 # most likely in flight by now (and if not, kept-alive: answered all the same)
         Process.kill("TERM", master)
         File.write(files[:go], "")
         eventually(40, "the master exits") { Process.waitpid(master, Process::WNOHANG) }
