@@ -200,6 +200,20 @@ class ServerClusterSignalsTest < Minitest::Test
   # /stats lists both, each labelled with its master generation, until the old one has exited.
   # (Before, they wrote the same file: /stats showed one or the other.)
   def test_stats_during_a_hot_restart_list_both_generations_labelled
+    stats_while_a_worker_and_its_replacement_serve("USR2", new_generation: 1)
+  end
+
+  # The same for a phased restart: a worker and its replacement, one generation.
+  def test_stats_during_a_phased_restart_list_a_worker_and_its_replacement
+    stats_while_a_worker_and_its_replacement_serve("USR1", new_generation: 0)
+  end
+
+  private
+
+  # A one-worker cluster whose worker holds a long request when `signal` replaces it: once the
+  # replacement serves, /stats (and /metrics) list both, the old one draining, until the old
+  # one has exited.
+  def stats_while_a_worker_and_its_replacement_serve(signal, new_generation:)
     Dir.mktmpdir do |dir|
       with_cluster(dir, "workers 1\nstats_path \"/stats\"\nmetrics_path \"/metrics\"") do |master, port, _log|
         old = eventually(15, "one worker serving") { (p = worker_pids(port, tries: 5)).size == 1 && p.first }
@@ -208,16 +222,17 @@ class ServerClusterSignalsTest < Minitest::Test
         held = connect(port)
         held.write("GET /sleep?s=60 HTTP/1.1\r\nHost: x\r\n\r\n")
         eventually(10, "the request in flight") { stats(port)["totals"]["in_flight"] == idle + 1 }
-        Process.kill("USR2", master)
+        Process.kill(signal, master)
         new = eventually(40, "the new worker serving") { (p = worker_pids(port, tries: 3) - [old]).size == 1 && p.first }
         workers = eventually(10, "both workers listed") { (w = stats(port)["workers"]).size == 2 && w }
-        assert_equal [[old, 0, 0], [new, 0, 1]], workers.map { |w| [w["pid"], w["worker"], w["master_generation"]] }.sort_by(&:last)
+        listed = workers.map { |w| [w["pid"], w["worker"], w["master_generation"]] }
+        assert_equal [[old, 0, 0], [new, 0, new_generation]], listed.sort_by { |pid, _, _| pid == old ? 0 : 1 }
         # (A snapshot counts the /stats request its worker was answering when it was taken.)
         assert_operator workers.find { |w| w["pid"] == old }["in_flight"], :>=, 1, "the old worker's request"
         assert_operator stats(port)["totals"]["in_flight"], :>=, 1, "the totals count the old worker's request"
         metrics = get_body(port, "/metrics")
         assert_match(/^weft_requests_in_flight\{worker="0",pid="#{old}",master_generation="0"\} [1-9]\d*$/, metrics)
-        assert_match(/^weft_requests_in_flight\{worker="0",pid="#{new}",master_generation="1"\} \d+$/, metrics)
+        assert_match(/^weft_requests_in_flight\{worker="0",pid="#{new}",master_generation="#{new_generation}"\} \d+$/, metrics)
 
         Process.kill("KILL", old) # its file goes once the master has reaped it
         eventually(10, "only the new worker listed") { stats(port)["workers"].map { |w| w["pid"] } == [new] }
@@ -226,8 +241,6 @@ class ServerClusterSignalsTest < Minitest::Test
       end
     end
   end
-
-  private
 
   def stats(port)
     JSON.parse(get_body(port, "/stats"))

@@ -91,8 +91,7 @@ module Weft
         @listeners = inherit_or_bind
         @loads = worker_loads
         @board_root = File.join(@config[:control_dir] || Dir.tmpdir, "weft-#{Process.pid}")
-        @board_dir = Statistics::Board.directory(@board_root, @master_generation)
-        FileUtils.mkdir_p(@board_dir)
+        FileUtils.mkdir_p(Statistics::Board.directory(@board_root, @master_generation))
         # No previous workers to show (a first start; a directory left by a killed master whose
         # pid this one reuses could hold other generations).
         Statistics::Board.remove_other_generations(@board_root, @master_generation) if @previous_workers.empty?
@@ -358,6 +357,8 @@ module Weft
           pid, status = Process.wait2(-1, Process::WNOHANG)
           break unless pid
           @old_pids.delete(pid)
+          # Its last statistics leave /stats (a removed or replaced worker's, a previous one's).
+          Statistics::Board.remove(@board_root, pid)
           previous_worker_exited(pid)
           worker = @workers.find { |candidate| candidate.pid == pid }
           next unless worker
@@ -367,15 +368,12 @@ module Weft
           unless worker.stopping || @stopping
             @log.warn("worker #{worker.index} (pid #{pid}) died: #{status.inspect}; replacing it")
           end
-          # A removed worker's (TTOU) last statistics would otherwise linger on the board.
-          FileUtils.rm_f(File.join(@board_dir, "worker-#{worker.index}.json")) if worker.index >= @count
         end
       rescue Errno::ECHILD
         @previous_workers.dup.each { |pid| previous_worker_exited(pid) } # no child left
       end
 
-      # Once the previous master generation's last worker has exited, its statistics leave
-      # /stats: until then they show beside this generation's (Statistics::Board).
+      # Once the previous master generation's last worker has exited, its directory goes.
       def previous_worker_exited(pid)
         return unless @previous_workers.delete(pid) && @previous_workers.empty?
         Statistics::Board.remove_other_generations(@board_root, @master_generation)

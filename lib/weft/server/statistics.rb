@@ -209,11 +209,13 @@ module Weft
 
       # Worker snapshots shared through small JSON files in a directory owned by the master
       # (`root`), one subdirectory per master generation: a hot restart's new master (the same
-      # pid, exec'd) counts one more, and its workers, which serve beside the previous
-      # master's until those have exited, write files of their own rather than the same
-      # worker-<index>.json. Every worker shows both generations, each snapshot labelled with
-      # its `master_generation`: any of them may answer /stats, and all of them serve; the new
-      # master removes the previous generations' files once their workers have exited.
+      # pid, exec'd) counts one more, and its workers serve beside the previous master's until
+      # those have exited. A file per worker process (worker-<index>-<pid>.json), not per
+      # index: during a hot restart two workers 0 serve, and during a phased restart a worker
+      # and its replacement; before, each pair wrote one file, and /stats showed one or the
+      # other. Every worker shows them all, each snapshot labelled with its
+      # `master_generation`: any of them may answer /stats, and all of them serve. The master
+      # removes a worker's file once it has reaped it (#remove).
       class Board
         # @return [String] the directory of one master generation's snapshots under `root`
         def self.directory(root, master_generation)
@@ -227,32 +229,39 @@ module Weft
           Dir[File.join(root, "generation-*")].each { |dir| FileUtils.rm_rf(dir) unless dir == kept }
         end
 
+        # Removes the snapshot of the worker process `pid` (exited), of whichever generation.
+        # @return [void]
+        def self.remove(root, pid)
+          FileUtils.rm_f(Dir[File.join(root, "generation-*", "worker-*-#{pid}.json")])
+        end
+
         # @param root [String] the master's directory
         # @param index [Integer] the worker's index
         # @param master_generation [Integer] hot restarts behind the worker's master
-        def initialize(root, index, master_generation: 0)
+        # @param pid [Integer] the worker's process
+        def initialize(root, index, master_generation: 0, pid: Process.pid)
           @root = root
           @master_generation = master_generation
-          @path = File.join(Board.directory(root, master_generation), "worker-#{index}.json")
+          @path = File.join(Board.directory(root, master_generation), "worker-#{index}-#{pid}.json")
         end
 
         # Writes this worker's snapshot, labelled with its master generation (atomically: write
         # then rename).
         def publish(snapshot)
-          temp = "#{@path}.#{Process.pid}.tmp"
+          temp = "#{@path}.tmp"
           File.write(temp, JSON.generate(snapshot.merge(master_generation: @master_generation)))
           File.rename(temp, @path)
         rescue SystemCallError
           nil
         end
 
-        # @return [Array<Hash>] every worker's last snapshot, by master generation and index
+        # @return [Array<Hash>] every worker's last snapshot, by master generation, index and start
         def read
           Dir[File.join(@root, "generation-*", "worker-*.json")].filter_map do |path|
             JSON.parse(File.read(path), symbolize_names: true)
           rescue SystemCallError, JSON::ParserError
             nil
-          end.sort_by { |snapshot| [snapshot[:master_generation].to_i, snapshot[:worker].to_i] }
+          end.sort_by { |snapshot| [snapshot[:master_generation].to_i, snapshot[:worker].to_i, snapshot[:started_at].to_s] }
         end
       end
     end
