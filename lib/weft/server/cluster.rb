@@ -44,6 +44,9 @@ module Weft
       # Environment variables carried across a hot restart.
       LISTEN_FDS = "WEFT_LISTEN_FDS"
       OLD_WORKERS = "WEFT_OLD_WORKERS"
+      # How many hot restarts the master has been through: each master generation's workers
+      # publish their statistics in a directory of its own (#run).
+      MASTER_GENERATION = "WEFT_MASTER_GENERATION"
       SIGNALS = %w[TERM INT QUIT HUP TTIN TTOU USR1 USR2 CHLD].freeze
       # The signals that stop the master: until it has loaded the app and warmed it up, they
       # keep Ruby's default (an exception where the master is, which ends it at once, its
@@ -76,14 +79,22 @@ module Weft
         @phased = nil
         @settled_gc_count = nil
         @old_pids = ENV.delete(OLD_WORKERS).to_s.split(",").map(&:to_i)
+        # The previous master generation's workers until they have exited (#reap): @old_pids
+        # empties once they have been told to stop, this once they are gone.
+        @previous_workers = @old_pids.dup
+        @master_generation = Integer(ENV.delete(MASTER_GENERATION) || 0)
       end
 
       # Runs the cluster until told to stop. @return [void]
       def run
+        @master_pid = Process.pid
         @listeners = inherit_or_bind
         @loads = worker_loads
-        @board_dir = File.join(@config[:control_dir] || Dir.tmpdir, "weft-#{Process.pid}")
-        FileUtils.mkdir_p(@board_dir)
+        @board_root = File.join(@config[:control_dir] || Dir.tmpdir, "weft-#{Process.pid}")
+        FileUtils.mkdir_p(Statistics::Board.directory(@board_root, @master_generation))
+        # No previous workers to show (a first start; a directory left by a killed master whose
+        # pid this one reuses could hold other generations).
+        Statistics::Board.remove_other_generations(@board_root, @master_generation) if @previous_workers.empty?
         write_pidfile
         # The others are queued from the start, and handled once the workers are forked: by
         # default USR1 and USR2 end a process and TTIN and TTOU suspend it, and a hot restart's
@@ -117,6 +128,13 @@ module Weft
         end
       end
 
+      # The master's handlers. A worker inherits them with the fork and keeps them until it has
+      # trapped its own (#run_worker), which can take a while (a library's after-fork hooks
+      # run first, the app may load): run in a worker, they only note a stop signal, which the
+      # worker acts on once it can. Ruby cannot block signals around a fork, and before, such a
+      # signal was queued in the worker's copy of the master's queue and lost: the master's
+      # stop then waited shutdown_timeout + 5 s for that worker, and a TERM sent to it alone
+      # was ignored.
       def trap_signals(names)
         unless @signal_reader
           @signal_reader, @signal_writer = IO.pipe
@@ -124,8 +142,12 @@ module Weft
         end
         names.each do |name|
           previous = Signal.trap(name) do
-            @signals << name
-            @signal_writer.write_nonblock(".", exception: false)
+            if Process.pid == @master_pid
+              @signals << name
+              @signal_writer.write_nonblock(".", exception: false)
+            elsif STOP_SIGNALS.include?(name)
+              @stop_signal_before_trap ||= name
+            end
           end
           next unless name == "HUP" && previous == "IGNORE"
           # Started with HUP ignored (nohup): it stays ignored, in the workers too
@@ -242,23 +264,27 @@ module Weft
         @signal_reader.close
         @signal_writer.close
         @workers.each { |worker| worker.pipe&.close }
-        # The master's signals mean nothing to a worker; a stray USR1/USR2/TTIN sent to the
-        # whole process group must not kill (or, for TTIN, suspend) it.
-        SIGNALS.each do |name|
-          ignored = MASTER_ONLY_SIGNALS.include?(name) || (name == "HUP" && @hup_ignored)
-          Signal.trap(name, ignored ? "IGNORE" : "DEFAULT")
+        # The master's other signals mean nothing to a worker; a stray USR1/USR2/TTIN sent to
+        # the whole process group must not kill (or, for TTIN, suspend) it. The stop signals
+        # keep the inherited handlers, which note them (#trap_signals), until the server's own.
+        (SIGNALS - STOP_SIGNALS).each do |name|
+          Signal.trap(name, MASTER_ONLY_SIGNALS.include?(name) ? "IGNORE" : "DEFAULT")
         end
         $PROGRAM_NAME = "weft worker #{index}#{" (#{@config[:tag]})" if @config[:tag]}"
         status = 0
         begin
+          stop_before_boot(index) if @stop_signal_before_trap
           app = @app || @loader.call
           @config.run_hooks(:after_worker_boot, index)
           settle_worker_heap(index) unless @app
-          board = Statistics::Board.new(@board_dir, index)
+          board = Statistics::Board.new(@board_root, index, master_generation: @master_generation)
           spread = slot && AcceptSpread.new(@loads, slot)
           server = Server.new(app, @config, listeners: worker_listeners, worker_index: index, board: board, heartbeat: pipe,
                                             spread: spread)
           Server.trap_stop_signals { server.stop }
+          # A stop signal that came while the app loaded: the server stops as soon as it runs,
+          # finishing what it accepted by then, as it would have a moment later.
+          server.stop if @stop_signal_before_trap
           watch_master(master, server)
           pipe.write("#{Process.pid}\n")
           server.run
@@ -270,6 +296,16 @@ module Weft
         $stdout.flush
         $stderr.flush
         exit!(status) # the master's at_exit handlers are not the worker's
+      end
+
+      # A stop signal reached the worker before it trapped its own, and before it loaded
+      # anything: it has nothing to finish, and leaves at once. (The master sees a worker that
+      # exited, as if the signal had come a moment later.)
+      def stop_before_boot(index)
+        @log.info("worker #{index} (pid #{Process.pid}): #{@stop_signal_before_trap} before it booted; exiting")
+        $stdout.flush
+        $stderr.flush
+        exit!(0)
       end
 
       # The shared sockets; with reuse_port, each TCP address is served instead by a socket of
@@ -321,6 +357,9 @@ module Weft
           pid, status = Process.wait2(-1, Process::WNOHANG)
           break unless pid
           @old_pids.delete(pid)
+          # Its last statistics leave /stats (a removed or replaced worker's, a previous one's).
+          Statistics::Board.remove(@board_root, pid)
+          previous_worker_exited(pid)
           worker = @workers.find { |candidate| candidate.pid == pid }
           next unless worker
           @workers.delete(worker)
@@ -329,11 +368,15 @@ module Weft
           unless worker.stopping || @stopping
             @log.warn("worker #{worker.index} (pid #{pid}) died: #{status.inspect}; replacing it")
           end
-          # A removed worker's (TTOU) last statistics would otherwise linger on the board.
-          FileUtils.rm_f(File.join(@board_dir, "worker-#{worker.index}.json")) if worker.index >= @count
         end
       rescue Errno::ECHILD
-        nil
+        @previous_workers.dup.each { |pid| previous_worker_exited(pid) } # no child left
+      end
+
+      # Once the previous master generation's last worker has exited, its directory goes.
+      def previous_worker_exited(pid)
+        return unless @previous_workers.delete(pid) && @previous_workers.empty?
+        Statistics::Board.remove_other_generations(@board_root, @master_generation)
       end
 
       def maintain_count
@@ -393,12 +436,14 @@ module Weft
         @listeners.each(&:close) # no worker needs the master's copies any more
         @workers.each { |worker| stop_worker(worker) }
         @old_pids.each { |pid| kill(pid, "TERM") }
+        # A hot restart's previous workers too: they are this process's children, and would
+        # otherwise drain on after it, with no master.
         deadline = Timers.now + @config[:shutdown_timeout] + 5
-        until @workers.empty? || Timers.now > deadline
+        until (@workers.empty? && @previous_workers.empty?) || Timers.now > deadline
           reap
-          sleep(0.05) unless @workers.empty?
+          sleep(0.05) unless @workers.empty? && @previous_workers.empty?
         end
-        @workers.each { |worker| kill(worker.pid, "KILL") }
+        (@workers.map(&:pid) + @previous_workers).each { |pid| kill(pid, "KILL") }
         reap
         @workers.clear
       end
@@ -444,22 +489,47 @@ module Weft
       # Re-executes the master image in place (same pid) with the listening sockets passed as
       # fds. The old workers remain its children and keep serving until the new master's
       # workers have booted; the new master then stops them (#stop_old_master_workers).
+      #
+      # A stop signal must not be lost with the image the exec replaces. One queued by now (sent
+      # with the USR2, or while the on_restart hooks ran) stops the cluster instead of the exec;
+      # from here on the stop signals are left to the system's default, which ends the master
+      # (this image or the new one until its Ruby has trapped them, then Ruby's default until
+      # Cluster#run's, which ends it too), and the previous workers, their master gone, finish
+      # their requests and exit (#watch_master). Before, a TERM queued here was dropped, and
+      # the new master served on.
       def hot_restart
         return if @stopping || @argv.nil?
-        @log.info("hot restart: re-executing #{@argv.join(' ')}")
         @config.run_hooks(:on_restart)
         env = {
           LISTEN_FDS => @listeners.map { |listener| "#{listener.url}=#{listener.socket.fileno}" }.join(","),
-          OLD_WORKERS => (@workers.map(&:pid) + @old_pids).join(",")
+          # The previous generations' workers still draining too: the new master waits for them.
+          OLD_WORKERS => (@workers.map(&:pid) + @previous_workers).join(","),
+          MASTER_GENERATION => (@master_generation + 1).to_s
         }
         redirects = @listeners.to_h { |listener| [listener.socket.fileno, listener.socket.fileno] }
-        @restarting = true
         MASTER_ONLY_SIGNALS.each { |name| Signal.trap(name, "IGNORE") }
+        stop_signals_to_system_default
+        if (stop = @signals.find { |name| STOP_SIGNALS.include?(name) })
+          restore_signal_handlers
+          return @log.info("hot restart given up for the #{stop} that came first")
+        end
+        @log.info("hot restart: re-executing #{@argv.join(' ')}")
+        @restarting = true
         exec(env, *@argv, redirects.merge(close_others: false))
       rescue SystemCallError => e
         @restarting = false
-        trap_signals(MASTER_ONLY_SIGNALS)
+        restore_signal_handlers
         @log.error("hot restart failed: #{e.message}; continuing with the current master")
+      end
+
+      def stop_signals_to_system_default
+        STOP_SIGNALS.each { |name| Signal.trap(name, "SYSTEM_DEFAULT") unless name == "HUP" && @hup_ignored }
+      end
+
+      # No exec after all: this master goes on, with its handlers (a queued stop signal is
+      # handled next, by #supervise).
+      def restore_signal_handlers
+        trap_signals(MASTER_ONLY_SIGNALS + STOP_SIGNALS)
       end
 
       def stop_old_master_workers
@@ -480,7 +550,7 @@ module Weft
           listener.close
           listener.unlink
         end
-        FileUtils.rm_rf(@board_dir) if @board_dir
+        FileUtils.rm_rf(@board_root) if @board_root
         File.unlink(@config[:pidfile]) if @config[:pidfile] && File.exist?(@config[:pidfile])
       end
     end

@@ -2,13 +2,15 @@
 
 require "json"
 require "time"
+require "fileutils"
 
 module Weft
   class Server
     # Counters of one server process, and their rendering as JSON and Prometheus text.
     #
     # In cluster mode each worker writes its snapshot to a file in the control directory about
-    # once a second (Statistics::Board); the stats endpoint of any worker then shows them all.
+    # once a second (Statistics::Board); the stats endpoint of any worker then shows them all,
+    # during a hot restart the previous master generation's workers too, labelled.
     class Statistics
       COUNTERS = %i[requests responses_5xx client_errors parse_errors connections_accepted connections_reclaimed].freeze
 
@@ -151,9 +153,7 @@ module Weft
         workers = all
         metrics.each do |key, (type, name, help)|
           out << "# HELP #{name} #{help}\n# TYPE #{name} #{type}\n"
-          workers.each do |worker|
-            out << "#{name}{worker=\"#{worker[:worker]}\",pid=\"#{worker[:pid]}\"} #{worker[key] || 0}\n"
-          end
+          workers.each { |worker| out << "#{name}{#{Statistics.worker_labels(worker)}} #{worker[key] || 0}\n" }
         end
         breaker_metrics(workers, out)
       end
@@ -177,7 +177,7 @@ module Weft
       def breaker_metrics(workers, out)
         series = workers.flat_map do |worker|
           Array(worker[:circuit_breakers]).map do |breaker|
-            ["worker=\"#{worker[:worker]}\",pid=\"#{worker[:pid]}\",breaker=\"#{Statistics.label(breaker[:name])}\"", breaker]
+            ["#{Statistics.worker_labels(worker)},breaker=\"#{Statistics.label(breaker[:name])}\"", breaker]
           end
         end
         return out if series.empty?
@@ -200,29 +200,68 @@ module Weft
         value.to_s.gsub(/[\\"\n]/, "\\" => "\\\\", "\"" => "\\\"", "\n" => "\\n")
       end
 
-      # Worker snapshots shared through small JSON files in a directory owned by the master.
+      # @return [String] the labels of a worker's series: worker and pid, and in a cluster the
+      #   master generation (two workers of one index serve side by side during a hot restart)
+      def self.worker_labels(worker)
+        labels = "worker=\"#{worker[:worker]}\",pid=\"#{worker[:pid]}\""
+        worker.key?(:master_generation) ? "#{labels},master_generation=\"#{worker[:master_generation]}\"" : labels
+      end
+
+      # Worker snapshots shared through small JSON files in a directory owned by the master
+      # (`root`), one subdirectory per master generation: a hot restart's new master (the same
+      # pid, exec'd) counts one more, and its workers serve beside the previous master's until
+      # those have exited. A file per worker process (worker-<index>-<pid>.json), not per
+      # index: during a hot restart two workers 0 serve, and during a phased restart a worker
+      # and its replacement; before, each pair wrote one file, and /stats showed one or the
+      # other. Every worker shows them all, each snapshot labelled with its
+      # `master_generation`: any of them may answer /stats, and all of them serve. The master
+      # removes a worker's file once it has reaped it (#remove).
       class Board
-        def initialize(dir, index)
-          @dir = dir
-          @path = File.join(dir, "worker-#{index}.json")
+        # @return [String] the directory of one master generation's snapshots under `root`
+        def self.directory(root, master_generation)
+          File.join(root, "generation-#{master_generation}")
         end
 
-        # Writes this worker's snapshot (atomically: write then rename).
+        # Removes the snapshots of every master generation under `root` but `master_generation`.
+        # @return [void]
+        def self.remove_other_generations(root, master_generation)
+          kept = directory(root, master_generation)
+          Dir[File.join(root, "generation-*")].each { |dir| FileUtils.rm_rf(dir) unless dir == kept }
+        end
+
+        # Removes the snapshot of the worker process `pid` (exited), of whichever generation.
+        # @return [void]
+        def self.remove(root, pid)
+          FileUtils.rm_f(Dir[File.join(root, "generation-*", "worker-*-#{pid}.json")])
+        end
+
+        # @param root [String] the master's directory
+        # @param index [Integer] the worker's index
+        # @param master_generation [Integer] hot restarts behind the worker's master
+        # @param pid [Integer] the worker's process
+        def initialize(root, index, master_generation: 0, pid: Process.pid)
+          @root = root
+          @master_generation = master_generation
+          @path = File.join(Board.directory(root, master_generation), "worker-#{index}-#{pid}.json")
+        end
+
+        # Writes this worker's snapshot, labelled with its master generation (atomically: write
+        # then rename).
         def publish(snapshot)
-          temp = "#{@path}.#{Process.pid}.tmp"
-          File.write(temp, JSON.generate(snapshot))
+          temp = "#{@path}.tmp"
+          File.write(temp, JSON.generate(snapshot.merge(master_generation: @master_generation)))
           File.rename(temp, @path)
         rescue SystemCallError
           nil
         end
 
-        # @return [Array<Hash>] every worker's last snapshot, by worker index
+        # @return [Array<Hash>] every worker's last snapshot, by master generation, index and start
         def read
-          Dir[File.join(@dir, "worker-*.json")].filter_map do |path|
+          Dir[File.join(@root, "generation-*", "worker-*.json")].filter_map do |path|
             JSON.parse(File.read(path), symbolize_names: true)
           rescue SystemCallError, JSON::ParserError
             nil
-          end.sort_by { |snapshot| snapshot[:worker].to_i }
+          end.sort_by { |snapshot| [snapshot[:master_generation].to_i, snapshot[:worker].to_i, snapshot[:started_at].to_s] }
         end
       end
     end
