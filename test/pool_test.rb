@@ -373,7 +373,10 @@ class PoolTest < Minitest::Test
       assert_equal 1, pool.statistics[:size]
       Weft.map(1..8) { pool.with { sleep 0.001 } }
     end
-    assert_equal 4, pool.statistics[:size]
+    # At least max_creating: past it the figures decide, and where the machine stretches the
+    # 1 ms holds toward a creation's 20 ms they rightly say "create" (5 at load ~9; what they
+    # say for quick holds is the repeated-bursts test's to check).
+    assert_operator pool.statistics[:size], :>=, 4
   end
 
   # A pool whose holders keep their resources longer than a creation takes grows at once: a
@@ -599,24 +602,27 @@ class PoolTest < Minitest::Test
       reader.close
       pool.discard(Object.new) # the child notices the fork here and forgets the parent's resources
       forgotten = pool.statistics.values_at(:size, :hold_time, :create_time)
-      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       pool.with { nil }
-      quick = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-      writer.write(Marshal.dump([forgotten, pool.statistics.values_at(:created, :hold_time), quick]))
+      writer.write(Marshal.dump([forgotten, pool.statistics.values_at(:created, :hold_time)]))
       writer.close
       exit!(0)
     end
     writer.close
     Process.wait(pid)
-    forgotten, (created, hold), quick = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
+    forgotten, (created, hold) = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
     assert_equal [0, *parent], forgotten
     assert_equal 1, created, "the child creates its own resource"
-    # One step of the running median from the parent's figure, down after the child's quick
-    # hold; up if the child lost its core for longer than the parent's hold meanwhile (seen at
-    # load 7: a hold of `nil` lasting over 10 ms).
+    # One step of the running median from the parent's figure: down after the child's quick
+    # hold, up if the child lost its core for longer than the parent's hold meanwhile (a hold
+    # of `nil` lasting over 10 ms at load 7). Either step, not the one the test's own clock
+    # around #with predicts: only the pool times the hold itself (from the creation's end), and
+    # at load ~9 the child lost its core while it created (the clock around said "up", the pool
+    # rightly moved down). A child that dropped the figures would hold its own hold, not one
+    # step from the parent's.
     step = 1.0625
-    expected = quick < parent[0] ? parent[0] / step : parent[0] * step
-    assert_in_delta expected, hold, expected * 1e-9, "the parent's median hold, moved by one step after the child's hold"
+    one_step = [parent[0] / step, parent[0] * step]
+    assert(one_step.any? { |expected| (expected - hold).abs <= expected * 1e-9 },
+           "the parent's median hold #{parent[0]}, moved by one step after the child's hold: #{hold}")
     assert_equal 1, pool.statistics[:size]
   end
 
