@@ -91,10 +91,12 @@ module Weft
         @listeners = inherit_or_bind
         @loads = worker_loads
         @board_root = File.join(@config[:control_dir] || Dir.tmpdir, "weft-#{Process.pid}")
+        # A first start has no previous workers to show: what the directory holds was left by a
+        # killed master whose pid this one reuses, and its workers' snapshots, of this master's
+        # generation too, showed in /stats as workers of this one (a full test run leaves a
+        # hundred such directories in /tmp, its masters killed, on a machine of 32,768 pids).
+        FileUtils.rm_rf(@board_root) if @previous_workers.empty?
         FileUtils.mkdir_p(Statistics::Board.directory(@board_root, @master_generation))
-        # No previous workers to show (a first start; a directory left by a killed master whose
-        # pid this one reuses could hold other generations).
-        Statistics::Board.remove_other_generations(@board_root, @master_generation) if @previous_workers.empty?
         write_pidfile
         # The others are queued from the start, and handled once the workers are forked: by
         # default USR1 and USR2 end a process and TTIN and TTOU suspend it, and a hot restart's
