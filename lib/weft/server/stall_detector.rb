@@ -131,17 +131,23 @@ module Weft
         file = @own_schedstat
         return [Timers.now] unless file
         file.sysseek(0)
-        ran, waited = file.sysread(64).split(" ", 3)
-        [Timers.now, Integer(ran) / 1e9, Integer(waited) / 1e9]
-      rescue SystemCallError, IOError, ArgumentError, TypeError
+        beat_of(file.sysread(64))
+      rescue SystemCallError, IOError
         [Timers.now]
       end
 
       # The same, read by the watchdog for a stall still going on.
       def watchdog_beat
-        ran, waited = File.read(@schedstat).split(" ", 3)
+        beat_of(File.read(@schedstat))
+      rescue SystemCallError
+        [Timers.now]
+      end
+
+      # A beat from the text of a schedstat file (nanoseconds on a core, waiting for one, ...).
+      def beat_of(schedstat)
+        ran, waited = schedstat.split(" ", 3)
         [Timers.now, Integer(ran) / 1e9, Integer(waited) / 1e9]
-      rescue SystemCallError, ArgumentError, TypeError
+      rescue ArgumentError, TypeError
         [Timers.now]
       end
 
