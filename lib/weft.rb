@@ -31,6 +31,8 @@ module Weft
     # @return [Logger]
     attr_writer :logger
 
+    # @return [Logger] where Weft reports what no caller can be told (a task failure nothing
+    #   waited for, a hook that raised): $stderr unless set with Weft.logger=
     def logger
       @logger ||= Logger.new($stderr, progname: "weft")
     end

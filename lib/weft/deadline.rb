@@ -107,10 +107,13 @@ module Weft
       @seconds ? "deadline of #{@seconds}s exceeded" : "deadline exceeded"
     end
 
+    # Deadlines order by when they pass: the earliest is the one that binds.
+    # @return [Integer, nil] nil for anything but a Deadline
     def <=>(other)
       @at <=> other.at if other.is_a?(Deadline)
     end
 
+    # @return [String] the time left, for logs and the console
     def to_s
       "#<#{self.class.name} #{format('%.3f', remaining)}s left>"
     end

@@ -16,6 +16,8 @@ module Weft
   # the example above), so the prepend happens only on older Rubies: 3.1, where it is needed,
   # and 3.2, which has not been tried.
   module MutexSleepFix
+    # Mutex#sleep, re-locking the mutex if the sleep ends in an exception (see above).
+    # @param timeout [Numeric, nil] seconds
     def sleep(timeout = nil)
       super
     rescue Exception # rubocop:disable Lint/RescueException

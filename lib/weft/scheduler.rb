@@ -88,6 +88,10 @@ module Weft
       # @api private: when the fiber's coarse wait ends; nil while it is in none (for the sweep)
       attr_reader :coarse_deadline
 
+      # @param selector the reactor's selector, which the fiber waits in
+      # @param timers [Timers] the reactor's timers
+      # @param fiber [Fiber] the fiber whose waits it bounds
+      # @param sweep [CoarseSweep] the reactor's sweep, which ends coarse waits
       def initialize(selector, timers, fiber, sweep)
         @selector = selector
         @timers = timers
@@ -243,11 +247,14 @@ module Weft
       #   user code resumes it under the next one on the same thread
       attr_reader :scheduler
 
+      # @param scheduler [Scheduler]
+      # @param fiber [Fiber] the fiber whose timed suspends it ends
       def initialize(scheduler, fiber)
         @scheduler = scheduler
         @fiber = fiber
       end
 
+      # The timer's callback: wakes the fiber with nil (its #suspend timed out).
       def call
         @scheduler.wake(@fiber, nil)
       end

@@ -92,6 +92,7 @@ module Weft
       @stop_reader, @stop_writer = IO.pipe
     end
 
+    # @return [String] the bound URLs (and the worker's index), for logs and the console
     def inspect
       "#<#{self.class.name} #{bound_urls.join(' ')}#{" worker=#{@worker_index}" if @worker_index}>"
     end

@@ -80,6 +80,7 @@ module Weft
       @recv = socket.is_a?(BasicSocket)
     end
 
+    # @return [String] TLS or not, the bytes buffered and whether closed, for logs and the console
     def inspect
       "#<#{self.class.name} #{tls? ? 'tls' : 'plain'} buffered=#{@buffer.bytesize}#{' closed' if closed?}>"
     end

@@ -131,14 +131,17 @@ module Weft
       @status != :running
     end
 
+    # @return [Boolean] whether the block returned (#value is its value)
     def completed?
       @status == :completed
     end
 
+    # @return [Boolean] whether the block raised (#error is the exception)
     def failed?
       @status == :failed
     end
 
+    # @return [Boolean] whether the task was cancelled before its block finished
     def cancelled?
       @status == :cancelled
     end
@@ -152,6 +155,7 @@ module Weft
       @children ? @children.keys : []
     end
 
+    # @return [String] the name (or object id) and status, for logs and the console
     def to_s
       "#<#{self.class.name} #{@name || object_id} #{@status}>"
     end
@@ -322,6 +326,8 @@ module Weft
   # finalizer or when the reactor closes, whichever comes first. It holds the description, never
   # the task, so that the task can be collected.
   class UnobservedFailure
+    # @param scheduler [Scheduler] the reactor that forgets the report once it is written
+    # @param task [Task] the failed task; only its name and error are kept
     def initialize(scheduler, task)
       @scheduler = scheduler
       error = task.error

@@ -195,6 +195,7 @@ module Weft
         @pools_lock.synchronize { @pools.transform_values(&:statistics) }
       end
 
+      # @return [String] the base URL and the number of origins pooled, for logs and the console
       def inspect
         "#<#{self.class.name} #{@base_url || '(no base URL)'} origins=#{@pools.size}#{' closed' if @closed}>"
       end

@@ -15,6 +15,7 @@ module Weft
     class Connector
       # An SSLSocket that knows which origin's session cache its new sessions belong to.
       class TLSSocket < OpenSSL::SSL::SSLSocket
+        # @return [String, nil] the origin whose TLS session cache this socket's sessions go to
         attr_accessor :session_key
       end
 

@@ -51,6 +51,10 @@ module Weft
         ParallelManager.new
       end
 
+      # Faraday builds the adapter (`f.adapter :weft, **opts`).
+      # @param app [#call, nil] the next middleware
+      # @param opts [Hash] options for each Weft::HTTP::Client the adapter makes (limit:,
+      #   idle_timeout:, max_uses:, deadline:, ...)
       def initialize(app = nil, opts = {}, &block)
         super
         @client_options = opts.transform_keys(&:to_sym)

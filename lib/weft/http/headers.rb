@@ -62,6 +62,7 @@ module Weft
         Headers.new(@pairs.reject { |name, _| names.include?(name.downcase) })
       end
 
+      # @return [String] the pairs as a Hash, for logs and the console
       def inspect
         "#<#{self.class.name} #{to_h.inspect}>"
       end

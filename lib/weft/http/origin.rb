@@ -35,6 +35,7 @@ module Weft
         end
       end
 
+      # Use Origin.from_uri, which checks the scheme and host and fills the default port.
       def initialize(scheme, host, port, socket_path)
         @scheme = scheme
         @host = host
@@ -75,11 +76,14 @@ module Weft
         @key
       end
 
+      # Origins are equal when they name the same place (the same #to_s), so a pool is found by
+      # an Origin built from another URL.
       def ==(other)
         other.is_a?(Origin) && other.to_s == @key
       end
       alias eql? ==
 
+      # @return [Integer] #to_s's hash (Origins are Hash keys)
       def hash
         @key.hash
       end

@@ -23,6 +23,9 @@ module Weft
         new(http: http, https: https, no_proxy: env["no_proxy"] || env["NO_PROXY"])
       end
 
+      # @api private
+      # @return [Boolean] whether a proxy setting is unset or only spaces (`http_proxy=` in the
+      #   environment means no proxy)
       def self.blank?(value)
         value.nil? || value.strip.empty?
       end

@@ -135,6 +135,7 @@ module Weft
         @done
       end
 
+      # @return [String] the status line's code and reason, for logs and the console
       def inspect
         "#<#{self.class.name} #{@status} #{@reason}>"
       end

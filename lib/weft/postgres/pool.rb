@@ -432,6 +432,7 @@ module Weft
         @closed
       end
 
+      # @return [String] the server address and the limits, for logs and the console
       def inspect
         "#<#{self.class.name} #{@settings.address} limit=#{@limit} pipelining=#{@pipelining}>"
       end

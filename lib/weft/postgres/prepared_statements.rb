@@ -141,6 +141,9 @@ module Weft
         # @return [Boolean] its result's columns follow a table's (`select *`, `returning *`)
         attr_reader :whole_row
 
+        # @param name [String] the server-side statement name
+        # @param text [String] the SQL, frozen
+        # @param segment [Integer, nil] the pipeline segment its Parse goes out in
         def initialize(name, text, segment)
           @name = name
           @text = text

@@ -66,6 +66,8 @@ module Weft
       # @return [Boolean] whether it is to be sent unnamed (its named statement failed it)
       attr_accessor :unnamed
 
+      # @param sql [String]
+      # @param params [Array, nil] the bind parameters
       def initialize(sql, params)
         @condition = Waiter.new
         reset(sql, params)

@@ -300,6 +300,7 @@ module Weft
       end
     end
 
+    # @return [String] the name and state, for logs and the console
     def inspect
       "#<#{self.class} #{@name.inspect} #{@state}>"
     end

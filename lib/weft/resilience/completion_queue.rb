@@ -4,6 +4,8 @@ require "timeout"
 require_relative "../../weft"
 
 module Weft
+  # The machinery under the resilience layer's public classes (CircuitBreaker, Bulkhead,
+  # RetryBudget, Weft.retry, Weft.scatter, Weft.hedge...), which live directly in Weft.
   module Resilience
     # Child tasks whose endings arrive, in the order they end, on a queue their spawner reads:
     # the machinery under Weft.scatter and Weft.hedge, which both wait for "whichever ends

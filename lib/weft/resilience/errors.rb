@@ -20,6 +20,9 @@ module Weft
     # @return [Float, nil] seconds until an open breaker starts ramping; nil while ramping
     attr_reader :retry_after
 
+    # @param breaker [String] the name of the breaker that refused the call
+    # @param state [Symbol] its state then (:open or :ramping)
+    # @param retry_after [Float, nil] see #retry_after
     def initialize(breaker, state, retry_after = nil)
       @breaker = breaker
       @state = state

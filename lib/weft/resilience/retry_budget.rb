@@ -104,6 +104,7 @@ module Weft
       end
     end
 
+    # @return [String] the budget's settings, for logs and the console
     def inspect
       "#<#{self.class.name} ratio=#{@ratio} min_per_second=#{@min_per_second} window=#{@window}s>"
     end

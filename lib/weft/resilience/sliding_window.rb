@@ -30,6 +30,7 @@ module Weft
       # @return [Integer] how many calls the window holds at most
       attr_reader :size
 
+      # @param size [Integer] calls the window holds, >= 1 (the breaker's window_calls)
       def initialize(size)
         unless size.is_a?(Integer) && size >= 1
           raise ArgumentError, "window_calls must be an Integer >= 1 (got #{size.inspect})"
@@ -83,6 +84,7 @@ module Weft
       # @return [Float] the window's length in seconds
       attr_reader :seconds
 
+      # @param seconds [Numeric] the window's length, > 0 (the breaker's window_seconds)
       def initialize(seconds)
         unless seconds.is_a?(Numeric) && seconds.positive? && seconds.finite?
           raise ArgumentError, "window_seconds must be a positive number of seconds (got #{seconds.inspect})"

@@ -20,6 +20,7 @@ module Weft
         end
       end
 
+      # @param io [IO] where the lines go (AccessLog.open picks it from the setting)
       def initialize(io)
         @io = io
       end

@@ -23,6 +23,8 @@ module Weft
         # @return [String]
         attr_reader :url, :reason
 
+        # @param url [String] the bind URL as given
+        # @param reason [String] what is wrong with it
         def initialize(url, reason)
           @url = url
           @reason = reason
@@ -70,6 +72,9 @@ module Weft
         "tcp://#{host}:#{port}"
       end
 
+      # @param url [String] tcp:// (or http://), ssl:// (or https://) with cert= and key=, or
+      #   unix:///path
+      # @raise [Invalid] when the URL is not a bind address Weft understands
       def initialize(url)
         @url = url
         raise Invalid.new(url, "must be a string") unless url.is_a?(String)

@@ -11,6 +11,9 @@ module Weft
     class CLI
       USAGE = "Usage: weft serve [RACKUP_FILE] [options]   (weft version, weft help)"
 
+      # @param argv [Array<String>] the command line's arguments
+      # @param program [String] the `weft` executable, kept with the arguments so that a hot
+      #   restart can exec the same command again
       def initialize(argv, program: $PROGRAM_NAME)
         @argv = argv.dup
         @original = [Gem.ruby, program, *argv]

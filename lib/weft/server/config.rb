@@ -74,6 +74,7 @@ module Weft
 
       HOOKS = %i[before_fork after_worker_boot before_worker_shutdown on_restart worker_task warmup].freeze
 
+      # @return [Hash{Symbol => Object}] every setting, defaults filled in
       attr_reader :options
 
       # @param options [Hash] settings overriding the defaults
@@ -118,6 +119,9 @@ module Weft
         self
       end
 
+      # @param key [Symbol] a setting's name
+      # @return [Object] its value
+      # @raise [KeyError] for a name that is not a setting
       def [](key)
         @options.fetch(key)
       end
@@ -184,6 +188,7 @@ module Weft
 
       # The methods a config file may call. Each setting is a method of the same name.
       class DSL
+        # @param config [Config] the configuration the file's calls set
         def initialize(config)
           @config = config
         end

@@ -88,6 +88,7 @@ module Weft
         @head_parked = false # whether a partial head was parked (held against partial_head_budget)
       end
 
+      # @return [String] the peer's address and the requests served, for logs and the console
       def inspect
         "#<#{self.class.name} #{@remote_addr} requests=#{@requests}#{' closed' if @closed}>"
       end

@@ -75,6 +75,7 @@ module Weft
         EMPTY
       end
 
+      # @return [String] the class alone: there is no state to show
       def inspect
         "#<#{self.class.name}>"
       end

@@ -121,8 +121,11 @@ module Weft
       # every piece, the whole body again, freed only by the GC. A 100 MB upload grew a 3.3
       # server by ~50 MB that way (3.1 by ~1). #syswrite writes from the String's own bytes.
       class Sink
+        # @return [Integer] bytes taken so far
         attr_reader :size
 
+        # @param threshold [Integer] bytes kept in memory at most before the body moves to a
+        #   temporary file (the server's spool_threshold)
         def initialize(threshold)
           @threshold = threshold
           @size = 0

@@ -241,6 +241,8 @@ module Weft
         raise MalformedChunks, "the app's chunked body is malformed: #{e.message}"
       end
 
+      # @api private: writes the head and the body's parts, as one write while they are small
+      # (COALESCE_LIMIT), where one copy costs less than a second syscall
       def write_parts(connection, head, parts, length)
         if length <= COALESCE_LIMIT
           parts.each { |part| head << part }
@@ -293,6 +295,8 @@ module Weft
       # "content-length: N\r\n" for the lengths seen so far (the first 4,096 distinct ones).
       CONTENT_LENGTH_LINES = {}
 
+      # @api private
+      # @return [String] the frozen content-length line for `length`, shared after its first use
       def content_length_line(length)
         line = "content-length: #{length}\r\n".freeze
         CONTENT_LENGTH_LINES[length] = line if CONTENT_LENGTH_LINES.size < 4096

@@ -41,18 +41,25 @@ module Weft
         @in_flight -= 1
       end
 
+      # A response with a 5xx status: the app's, or an error answer the server sent for its own
+      # fault.
       def server_error!
         @responses_5xx += 1
       end
 
+      # An error answer the server sent for the client's fault (a head too slow or too large, a
+      # body too large...), before any app saw the request.
       def client_error!
         @client_errors += 1
       end
 
+      # A request head the parser refused (malformed or oversized); its answer also counts in
+      # #client_error!.
       def parse_error!
         @parse_errors += 1
       end
 
+      # A connection accepted.
       def accepted!
         @connections_accepted += 1
       end

@@ -14,11 +14,14 @@ module Weft
     class Stream
       READ_SIZE = 16_384
 
+      # @param connection [Connection] the connection the stream takes over (its reads and
+      #   writes; the server no longer reads requests from it)
       def initialize(connection)
         @connection = connection
         @stream = connection.detach
       end
 
+      # @return [String] the connection's description, for logs and the console
       def inspect
         "#<#{self.class.name} #{@connection.inspect}>"
       end

@@ -27,6 +27,7 @@ module Ringpool
     # The picks of one INSERT: each submission's rows, the promise of what it stored and the
     # monotonic time its request stops waiting (nil: never).
     Group = Struct.new(:submissions)
+    # One request's picks in a group: its rows, the promise it waits on and its deadline.
     Submission = Struct.new(:rows, :promise, :deadline)
     # Why picks were left out.
     LATE = "the deadline passed before the INSERT started"

@@ -49,6 +49,8 @@ module Ringpool
 
     # One second's counts.
     Second = Struct.new(:at, :requests, :items, :errors, :overflows, :latency, :pools) do
+      # @param at [Integer] the second, by the Metrics clock (whole seconds since the epoch)
+      # @return [Second] the second with nothing counted yet
       def self.empty(at)
         new(at, 0, 0, 0, Hash.new(0), Hash.new(0), Hash.new(0))
       end

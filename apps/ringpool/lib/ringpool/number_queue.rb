@@ -22,6 +22,8 @@ module Ringpool
       # @api private: list links
       attr_accessor :previous, :following, :queue
 
+      # @param number [String] the tracked number
+      # @param free_at [Integer] when its lockout ends (microseconds since the epoch)
       def initialize(number, free_at)
         @number = number
         @free_at = free_at

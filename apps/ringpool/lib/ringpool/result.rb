@@ -68,6 +68,8 @@ module Ringpool
       end
     end
 
+    # Use the constructors above (.tracked, .overflow, .error, .not_owner): they keep the
+    # fields consistent with the kind.
     def initialize(kind, ring_pool, number, reason, locked_until, message)
       @kind = kind
       @ring_pool = ring_pool

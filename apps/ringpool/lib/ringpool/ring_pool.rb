@@ -4,6 +4,7 @@ module Ringpool
   # What every shard knows about every pool, whoever owns it: enough to hand out the overflow
   # number without asking anyone. Immutable.
   RingPool = Struct.new(:id, :overflow_number, :lockout_seconds, keyword_init: true) do
+    # Frozen once built: every shard's copy is shared between its fibers without a lock.
     def initialize(**)
       super
       freeze

@@ -16,6 +16,9 @@ module Ringpool
       # @return [String] a machine-readable code
       attr_reader :code
 
+      # @param status [Integer] the HTTP status to answer with
+      # @param code [String] machine-readable code
+      # @param message [String] the explanation for a person
       def initialize(status, code, message)
         @status = status
         @code = code

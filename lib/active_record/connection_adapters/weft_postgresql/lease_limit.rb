@@ -4,6 +4,7 @@ require "active_record/database_configurations"
 
 module ActiveRecord
   module ConnectionAdapters
+    # The parts of the weft_postgresql adapter (WeftPostgreSQLAdapter) that stand on their own.
     module WeftPostgreSQL
       # Sizes ActiveRecord's own connection pool for a weft_postgresql configuration.
       #

@@ -61,6 +61,7 @@ module ActiveRecord
         end
         alias == eql?
 
+        # Equal setups hash alike, so connections set up the same way share one pool (#eql?).
         def hash
           [@statements, @encoding].hash
         end

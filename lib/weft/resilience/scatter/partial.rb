@@ -49,10 +49,12 @@ module Weft
         @pairs.size
       end
 
+      # @return [Boolean] whether no call succeeded
       def empty?
         @pairs.empty?
       end
 
+      # @return [String] how many calls succeeded of how many, for logs and the console
       def inspect
         "#<#{self.class.name} #{size}/#{@total} succeeded>"
       end

@@ -1,0 +1,414 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "ripper"
+require "set"
+
+module Weft
+  module Test
+    # Finds the public definitions in Ruby source that have no comment right above them: every
+    # class and module (at one of its definition sites at least, since `module Weft` is reopened
+    # in every file), every public instance and singleton method, every public attr_* and every
+    # `Name = Struct.new / Data.define / Class.new` constant. Reads the source with Ripper, so it
+    # needs no gem and loads nothing.
+    #
+    # Counted as not public, so exempt: methods after a bare `private` / `protected` (until
+    # `public`), `private def ...`, names given to `private :a, :b` / `private_class_method` /
+    # `protected`, `initialize` without parameters (Ruby makes it private; one with parameters
+    # is the documentation of `.new`, so it counts) and everything under a constant named in
+    # `private_constant`. Methods defined inside a method body, a block or `define_method` are not
+    # definitions a reader looks up, and are skipped.
+    #
+    # "Right above" means the line just before the `def`, `class`, `module`, `attr_*` or
+    # constant line is a comment line; a blank line in between breaks the block off.
+    module DocCoverage
+      # One public definition without a comment above it.
+      Missing = Struct.new(:file, :line, :name) do
+        # @return [String] "file:line name", the way the failure lists it
+        def to_s
+          "#{file}:#{line} #{name}"
+        end
+      end
+
+      VISIBILITY_KEYWORDS = %w[private protected public module_function].freeze
+      ATTRIBUTE_KEYWORDS = %w[attr_reader attr_writer attr_accessor].freeze
+      CONSTANT_BUILDERS = [%w[Struct new], %w[Data define], %w[Class new], %w[Module new]].freeze
+
+      module_function
+
+      # @param sources [Hash{String => String}] Ruby source by file name
+      # @return [Array<Missing>] the public definitions in `sources` that have no comment above
+      #   them; a namespace is reported once, at its first definition site, and only if none of
+      #   its definition sites has a comment
+      def missing(sources)
+        namespaces = Hash.new { |hash, name| hash[name] = [] }
+        found = sources.sort.flat_map { |file, source| scan(source, file, namespaces) }
+        undocumented_namespaces = namespaces.filter_map do |name, sites|
+          next if sites.any? { |site| site[:documented] || site[:private] }
+          Missing.new(sites.first[:file], sites.first[:line], name)
+        end
+        found + undocumented_namespaces
+      end
+
+      # @param source [String] Ruby source
+      # @param file [String] its name in the report
+      # @param namespaces [Hash{String => Array<Hash>}] filled with the class and module
+      #   definition sites, which are judged across files by #missing
+      # @return [Array<Missing>] the undocumented public methods, attributes and constants
+      def scan(source, file, namespaces = Hash.new { |hash, name| hash[name] = [] })
+        tree = Ripper.sexp(source) or raise ArgumentError, "#{file}: Ripper could not parse it"
+        scanner = Scanner.new(file, comment_lines(source), namespaces)
+        scanner.body(tree[1], [], singleton: false)
+        scanner.missing
+      end
+
+      # @return [Set<Integer>] numbers of the lines that hold only a comment
+      def comment_lines(source)
+        lines = Set.new
+        Ripper.lex(source).each_with_index do |((line, column), type, _token, _state), index|
+          next unless type == :on_comment
+          lines << line if column.zero? || source.lines[line - 1][0, column].strip.empty?
+        end
+        lines
+      end
+
+      # Walks one file's syntax tree keeping the enclosing namespace and the visibility in force.
+      class Scanner
+        # @return [Array<Missing>] what the walk found so far
+        attr_reader :missing
+
+        # @param file [String] the file's name in the report
+        # @param comment_lines [Set<Integer>] the file's comment-only lines
+        # @param namespaces [Hash{String => Array<Hash>}] collects class and module sites
+        def initialize(file, comment_lines, namespaces)
+          @file = file
+          @comment_lines = comment_lines
+          @namespaces = namespaces
+          @missing = []
+          @private_constants = Set.new
+        end
+
+        # Walks a list of statements: a class, module or file body.
+        # @param statements [Array] Ripper nodes
+        # @param nesting [Array<String>] enclosing constant names
+        # @param singleton [Boolean] inside `class << self`
+        def body(statements, nesting, singleton:)
+          statements = statements[1] if statements.is_a?(Array) && statements.first == :bodystmt
+          statements = Array(statements)
+          @private_constants.merge(private_constant_names(statements, nesting))
+          hidden = hidden_names(statements)
+          visibility = :public
+          statements.each do |node|
+            next unless node.is_a?(Array)
+            case node.first
+            when :class, :module
+              namespace(node, nesting)
+            when :sclass
+              body(node[2][1], nesting, singleton: true) if node[1] == [:var_ref, [:@kw, "self", node[1][1][2]]]
+            when :def, :defs
+              method(node, nesting, singleton: singleton || node.first == :defs, visibility: visibility, hidden: hidden)
+            when :assign
+              constant(node, nesting)
+            when :vcall, :var_ref, :command
+              name = call_name(node)
+              if VISIBILITY_KEYWORDS.include?(name)
+                if node.first == :command
+                  arguments(node).each do |argument|
+                    next unless %i[def defs].include?(argument.first)
+                    method(argument, nesting, singleton: singleton, visibility: name.to_sym, hidden: hidden)
+                  end
+                else
+                  visibility = name.to_sym
+                end
+              elsif ATTRIBUTE_KEYWORDS.include?(name) && visibility == :public
+                attributes(node, nesting, hidden)
+              end
+            end
+          end
+        end
+
+        private
+
+        def namespace(node, nesting)
+          name_node = node[1]
+          name = constant_path(name_node)
+          line = position(name_node).first
+          full = (nesting + [name]).join("::")
+          @namespaces[full] << {
+            file: @file, line: line, documented: documented?(line),
+            private: @private_constants.include?(full)
+          }
+          inner = node.first == :class ? node[3] : node[2]
+          body(inner, nesting + [name], singleton: false)
+        end
+
+        def method(node, nesting, singleton:, visibility:, hidden:)
+          name_node = node.first == :def ? node[1] : node[3]
+          name = name_node[1]
+          # module_function makes a public singleton copy of each method (the instance one private)
+          singleton ||= visibility == :module_function
+          return if !%i[public module_function].include?(visibility) || hidden.include?([name, singleton])
+          return if @private_constants.include?(nesting.join("::"))
+          params = node.first == :def ? node[2] : node[4]
+          return if name == "initialize" && !singleton && !parameters?(params)
+          line = position(name_node).first
+          report(line, "#{nesting.join("::")}#{singleton ? "." : "#"}#{name}")
+        end
+
+        def constant(node, nesting)
+          target = node[1]
+          return unless target.first == :var_field && target[1].first == :@const
+          value = node[2]
+          value = value[1] if value.first == :method_add_block
+          receiver_and_name = builder_call(value)
+          return unless CONSTANT_BUILDERS.include?(receiver_and_name)
+          name = target[1][1]
+          full = (nesting + [name]).join("::")
+          return if @private_constants.include?(full)
+          report(target[1][2].first, full)
+          block = node[2].first == :method_add_block ? node[2][2] : nil
+          body(block_statements(block), nesting + [name], singleton: false) if block
+        end
+
+        def attributes(node, nesting, hidden)
+          arguments(node).each do |argument|
+            next unless argument.first == :symbol_literal
+            name = argument[1][1][1]
+            next if hidden.include?([name, false])
+            report(position(argument).first, "#{nesting.join("::")}##{name}")
+            break # one comment above the line covers every name on it
+          end
+        end
+
+        def report(line, name)
+          return if documented?(line) || @private_constants.include?(name)
+          @missing << Missing.new(@file, line, name)
+        end
+
+        def documented?(line)
+          @comment_lines.include?(line - 1)
+        end
+
+        # Names made non-public by `private :a, :b`, `protected :a`, `private_class_method :a`
+        # anywhere in the same body: [name, singleton?] pairs.
+        def hidden_names(statements)
+          statements.each_with_object(Set.new) do |node, names|
+            next unless node.is_a?(Array) && node.first == :command
+            singleton = call_name(node) == "private_class_method"
+            next unless singleton || %w[private protected].include?(call_name(node))
+            arguments(node).each do |argument|
+              names << [argument[1][1][1], singleton] if argument.first == :symbol_literal
+            end
+          end
+        end
+
+        def private_constant_names(statements, nesting)
+          statements.each_with_object([]) do |node, names|
+            next unless node.is_a?(Array) && node.first == :command && call_name(node) == "private_constant"
+            arguments(node).each do |argument|
+              names << (nesting + [argument[1][1][1]]).join("::") if argument.first == :symbol_literal
+            end
+          end
+        end
+
+        def call_name(node)
+          ident = node[1]
+          ident.is_a?(Array) && ident.first == :@ident ? ident[1] : nil
+        end
+
+        def arguments(node)
+          args = node[2]
+          args = args[1] if args.is_a?(Array) && args.first == :args_add_block
+          Array(args).select { |argument| argument.is_a?(Array) }
+        end
+
+        def builder_call(node)
+          return unless node.is_a?(Array)
+          node = node[1] if node.first == :method_add_arg
+          return unless node.is_a?(Array) && node.first == :call
+          receiver = node[1]
+          return unless receiver.is_a?(Array) && receiver.first == :var_ref && receiver[1].first == :@const
+          [receiver[1][1], node[3][1]]
+        end
+
+        def block_statements(block)
+          inner = block[2]
+          inner = inner[1] if inner.is_a?(Array) && inner.first == :bodystmt
+          inner
+        end
+
+        def parameters?(params)
+          params = params[1] if params.is_a?(Array) && params.first == :paren
+          params.is_a?(Array) && params.drop(1).any? { |group| group && group != [] && group != 0 }
+        end
+
+        def constant_path(node)
+          case node.first
+          when :const_ref, :var_ref, :top_const_ref then node[1][1]
+          when :const_path_ref then "#{constant_path(node[1])}::#{node[2][1]}"
+          else raise ArgumentError, "#{@file}: unexpected class name node #{node.first}"
+          end
+        end
+
+        def position(node)
+          return node[2] if node.is_a?(Array) && node.first.is_a?(Symbol) && node.first.to_s.start_with?("@")
+          node.each do |child|
+            next unless child.is_a?(Array)
+            found = position(child)
+            return found if found
+          end
+          nil
+        end
+      end
+    end
+  end
+end
+
+class DocsTest < Minitest::Test
+  ROOT = File.expand_path("..", __dir__)
+  SOURCES = Dir[File.join(ROOT, "{lib,apps/ringpool/lib}", "**", "*.rb")].to_h do |path|
+    [path.delete_prefix("#{ROOT}/"), File.read(path)]
+  end
+
+  # Public definitions left without a comment on purpose, with the reason.
+  FOREIGN = "another library's namespace, reopened to add Weft's part to it"
+  EXEMPT = {
+    "ActiveRecord" => FOREIGN,
+    "ActiveRecord::ConnectionAdapters" => FOREIGN,
+    "Rack" => FOREIGN,
+    "Rack::Handler" => FOREIGN,
+    "Rackup" => FOREIGN,
+    "Rackup::Handler" => FOREIGN,
+    "Sequel" => FOREIGN,
+    "Fiber" => FOREIGN
+  }.freeze
+
+  def test_every_public_definition_in_lib_has_a_comment_above_it
+    missing = Weft::Test::DocCoverage.missing(SOURCES)
+    exempt, missing = missing.partition { |entry| EXEMPT.key?(entry.name) }
+    assert_empty EXEMPT.keys - exempt.map(&:name), "EXEMPT names definitions that are documented now, or gone"
+    assert_empty missing.map(&:to_s), "public definitions without a comment right above them " \
+      "(document them, or add them to EXEMPT in #{__FILE__} with the reason)"
+  end
+end
+
+
+# The checker itself: it must see a public method without a comment wherever one can be added,
+# and must not count what Ruby makes private.
+class DocCoverageTest < Minitest::Test
+  def names(source)
+    Weft::Test::DocCoverage.missing("example.rb" => source).map(&:name)
+  end
+
+  def test_reports_an_undocumented_public_method_and_its_line
+    missing = Weft::Test::DocCoverage.missing("example.rb" => <<~RUBY)
+      # Documented.
+      class Shelf
+        # Documented.
+        def fill; end
+
+        def empty; end
+      end
+    RUBY
+    assert_equal ["example.rb:6 Shelf#empty"], missing.map(&:to_s)
+  end
+
+  def test_a_blank_line_breaks_the_comment_off
+    assert_equal ["Shelf#empty"], names(<<~RUBY)
+      # Documented.
+      class Shelf
+        # Not this method's: a blank line follows.
+
+        def empty; end
+      end
+    RUBY
+  end
+
+  def test_singleton_methods_attributes_and_built_constants_count
+    assert_equal %w[Shelf.build Shelf.open Shelf#size Shelf::Slot Shelf::Slot#label Shelf.helper],
+      names(<<~RUBY)
+        # Documented.
+        class Shelf
+          def self.build; end
+
+          class << self
+            def open; end
+          end
+
+          attr_reader :size, :width
+
+          Slot = Struct.new(:index) do
+            def label; end
+          end
+
+          module_function
+
+          def helper; end
+        end
+      RUBY
+  end
+
+  def test_private_and_protected_methods_are_exempt
+    assert_empty names(<<~RUBY)
+      # Documented.
+      class Shelf
+        def initialize; end
+
+        private def hidden; end
+
+        def named; end
+        private :named
+
+        def self.made; end
+        private_class_method :made
+
+        Hidden = Struct.new(:a) do
+          def label; end
+        end
+        private_constant :Hidden
+
+        protected
+
+        def compare; end
+
+        private
+
+        attr_reader :secret
+
+        def helper; end
+
+        class << self
+          private
+
+          def singleton_helper; end
+        end
+      end
+    RUBY
+  end
+
+  def test_public_after_private_counts_again_and_so_does_initialize_with_parameters
+    assert_equal ["Shelf#initialize", "Shelf#shown"], names(<<~RUBY)
+      # Documented.
+      class Shelf
+        def initialize(size); end
+
+        private
+
+        def helper; end
+
+        public
+
+        def shown; end
+      end
+    RUBY
+  end
+
+  def test_a_namespace_needs_a_comment_at_one_of_its_definition_sites
+    assert_equal ["Shelf", "Shelf::Rack"], Weft::Test::DocCoverage.missing(
+      "a.rb" => "module Shelf\n  # Documented.\n  module Plank; end\nend\n",
+      "b.rb" => "module Shelf\n  module Rack; end\nend\n",
+      "c.rb" => "# Documented.\nmodule Crate\nend\n",
+      "d.rb" => "module Crate\nend\n"
+    ).map(&:name).sort
+  end
+end
