@@ -42,7 +42,7 @@ module Weft
       #   its definition sites has a comment
       def missing(sources)
         namespaces = Hash.new { |hash, name| hash[name] = [] }
-        found = sources.sort.flat_map { |file, source| scan(source, file, namespaces) }
+        found = sources.sort.flat_map { |file, source| scan(source, file, namespaces).missing }
         undocumented_namespaces = namespaces.filter_map do |name, sites|
           next if sites.any? { |site| site[:documented] || site[:private] }
           Missing.new(sites.first[:file], sites.first[:line], name)
@@ -50,32 +50,97 @@ module Weft
         found + undocumented_namespaces
       end
 
+      # @param sources [Hash{String => String}] Ruby source by file name
+      # @return [Set<String>] every name the sources define, public or not: "A::B" for classes,
+      #   modules and constants, "A::B#name" and "A::B.name" for methods, attributes and aliases
+      def definitions(sources)
+        sources.each_with_object(Set.new) do |(file, source), names|
+          names.merge(scan(source, file).definitions)
+        end
+      end
+
+      # The classes, modules and methods the C extensions define (rb_define_module,
+      # rb_define_class_under, rb_define_method...), named as #definitions names Ruby's.
+      # @param sources [Array<String>] C source
+      # @return [Set<String>]
+      def native_definitions(sources)
+        owners = {}
+        names = Set.new
+        2.times do # a variable may be assigned in one file and used in another, earlier one
+          sources.each do |source|
+            source.scan(/(\w+)\s*=\s*rb_define_module\("(\w+)"\)/) { |var, name| owners[var] = name }
+            source.scan(/(?:(\w+)\s*=\s*)?rb_define_(?:class|module)_under\((\w+),\s*"(\w+)"/) do |var, outer, name|
+              next unless owners.key?(outer)
+              names << "#{owners[outer]}::#{name}"
+              owners[var] = "#{owners[outer]}::#{name}" if var
+            end
+          end
+        end
+        names.merge(owners.values)
+        sources.each do |source|
+          source.scan(/rb_define_(method|singleton_method|module_function)\((\w+),\s*"([^"]+)"/) do |kind, owner, name|
+            names << "#{owners[owner]}#{kind == "method" ? "#" : "."}#{name}" if owners.key?(owner)
+          end
+        end
+        names
+      end
+
+      # The Weft (and Ringpool) names a guide mentions: `Weft::HTTP::Client`, `Weft.deadline`,
+      # `Weft::Task#wait`, `Weft::Pool.new`.
+      # @param text [String] Markdown
+      # @return [Array<Array(Integer, String)>] line number and name, as written
+      def references(text)
+        text.each_line.with_index(1).flat_map do |line, number|
+          line.scan(/(?<![\w:])((?:Weft|Ringpool)(?:::[A-Z]\w*)*)(?:([.#])([a-z_]\w*[?!=]?))?/).flat_map do |constant, separator, name|
+            [[number, constant]] + (name ? [[number, "#{constant}#{separator}#{name}"]] : [])
+          end
+        end
+      end
+
+      # The repository paths a guide mentions (`lib/weft/pool.rb`, `bench/server/profile.rb`),
+      # with `{a,b}` expanded; paths with a `*` or `...` are patterns, not names, and are left out.
+      # @param text [String] Markdown
+      # @return [Array<Array(Integer, String)>] line number and path
+      def paths(text)
+        roots = "lib|bench|test|apps|docs|bin|ext|examples|fuzz|gemfiles|exe|rakelib"
+        text.each_line.with_index(1).flat_map do |line, number|
+          line.scan(/(?<![\w\/.-])((?:#{roots})\/[\w.\/{},*-]*[\w}])/).flat_map do |(path)|
+            next [] if path.include?("*") || path.include?("...")
+            alternatives = path[/\{([^}]*)\}/, 1]
+            expanded = alternatives ? alternatives.split(",").map { |part| path.sub(/\{[^}]*\}/, part) } : [path]
+            expanded.map { |one| [number, one] }
+          end
+        end
+      end
+
       # @param source [String] Ruby source
       # @param file [String] its name in the report
       # @param namespaces [Hash{String => Array<Hash>}] filled with the class and module
       #   definition sites, which are judged across files by #missing
-      # @return [Array<Missing>] the undocumented public methods, attributes and constants
+      # @return [Scanner] the walk's findings: #missing (undocumented public methods, attributes
+      #   and constants) and #definitions
       def scan(source, file, namespaces = Hash.new { |hash, name| hash[name] = [] })
         tree = Ripper.sexp(source) or raise ArgumentError, "#{file}: Ripper could not parse it"
         scanner = Scanner.new(file, comment_lines(source), namespaces)
         scanner.body(tree[1], [], singleton: false)
-        scanner.missing
+        scanner
       end
 
       # @return [Set<Integer>] numbers of the lines that hold only a comment
       def comment_lines(source)
-        lines = Set.new
-        Ripper.lex(source).each_with_index do |((line, column), type, _token, _state), index|
+        lines = source.lines
+        Ripper.lex(source).each_with_object(Set.new) do |((line, column), type, _token, _state), found|
           next unless type == :on_comment
-          lines << line if column.zero? || source.lines[line - 1][0, column].strip.empty?
+          found << line if lines[line - 1][0, column].strip.empty?
         end
-        lines
       end
 
       # Walks one file's syntax tree keeping the enclosing namespace and the visibility in force.
       class Scanner
         # @return [Array<Missing>] what the walk found so far
         attr_reader :missing
+        # @return [Set<String>] every name defined so far (see DocCoverage.definitions)
+        attr_reader :definitions
 
         # @param file [String] the file's name in the report
         # @param comment_lines [Set<Integer>] the file's comment-only lines
@@ -85,6 +150,7 @@ module Weft
           @comment_lines = comment_lines
           @namespaces = namespaces
           @missing = []
+          @definitions = Set.new
           @private_constants = Set.new
         end
 
@@ -109,6 +175,8 @@ module Weft
               method(node, nesting, singleton: singleton || node.first == :defs, visibility: visibility, hidden: hidden)
             when :assign
               constant(node, nesting)
+            when :alias
+              @definitions << "#{nesting.join("::")}##{node[1][1][1]}" if node[1].first == :symbol_literal
             when :vcall, :var_ref, :command
               name = call_name(node)
               if VISIBILITY_KEYWORDS.include?(name)
@@ -120,8 +188,11 @@ module Weft
                 else
                   visibility = name.to_sym
                 end
-              elsif ATTRIBUTE_KEYWORDS.include?(name) && visibility == :public
-                attributes(node, nesting, hidden)
+              elsif ATTRIBUTE_KEYWORDS.include?(name)
+                attributes(node, nesting, hidden, singleton: singleton, report: visibility == :public)
+              elsif name == "alias_method"
+                alias_name = arguments(node).first
+                @definitions << "#{nesting.join("::")}##{alias_name[1][1][1]}" if alias_name&.first == :symbol_literal
               end
             end
           end
@@ -134,6 +205,7 @@ module Weft
           name = constant_path(name_node)
           line = position(name_node).first
           full = (nesting + [name]).join("::")
+          @definitions << full
           @namespaces[full] << {
             file: @file, line: line, documented: documented?(line),
             private: @private_constants.include?(full)
@@ -145,6 +217,9 @@ module Weft
         def method(node, nesting, singleton:, visibility:, hidden:)
           name_node = node.first == :def ? node[1] : node[3]
           name = name_node[1]
+          owner = nesting.join("::")
+          @definitions << "#{owner}#{singleton ? "." : "#"}#{name}"
+          @definitions << "#{owner}.#{name}" if visibility == :module_function
           # module_function makes a public singleton copy of each method (the instance one private)
           singleton ||= visibility == :module_function
           return if !%i[public module_function].include?(visibility) || hidden.include?([name, singleton])
@@ -158,26 +233,28 @@ module Weft
         def constant(node, nesting)
           target = node[1]
           return unless target.first == :var_field && target[1].first == :@const
-          value = node[2]
-          value = value[1] if value.first == :method_add_block
-          receiver_and_name = builder_call(value)
-          return unless CONSTANT_BUILDERS.include?(receiver_and_name)
           name = target[1][1]
           full = (nesting + [name]).join("::")
+          @definitions << full
+          value = node[2]
+          value = value[1] if value.first == :method_add_block
+          return unless CONSTANT_BUILDERS.include?(builder_call(value))
           return if @private_constants.include?(full)
           report(target[1][2].first, full)
           block = node[2].first == :method_add_block ? node[2][2] : nil
           body(block_statements(block), nesting + [name], singleton: false) if block
         end
 
-        def attributes(node, nesting, hidden)
-          arguments(node).each do |argument|
-            next unless argument.first == :symbol_literal
-            name = argument[1][1][1]
-            next if hidden.include?([name, false])
-            report(position(argument).first, "#{nesting.join("::")}##{name}")
-            break # one comment above the line covers every name on it
+        def attributes(node, nesting, hidden, singleton:, report:)
+          names = arguments(node).filter_map { |argument| argument[1][1][1] if argument.first == :symbol_literal }
+          prefix = "#{nesting.join("::")}#{singleton ? "." : "#"}"
+          names.each do |name|
+            @definitions << "#{prefix}#{name}" unless call_name(node) == "attr_writer"
+            @definitions << "#{prefix}#{name}=" unless call_name(node) == "attr_reader"
           end
+          shown = names.reject { |name| hidden.include?([name, false]) }
+          # one comment above the line covers every name on it
+          report(position(node[2]).first, "#{nesting.join("::")}##{shown.first}") if report && shown.any?
         end
 
         def report(line, name)
@@ -282,6 +359,39 @@ class DocsTest < Minitest::Test
     "Sequel" => FOREIGN,
     "Fiber" => FOREIGN
   }.freeze
+
+  GUIDES = Dir[File.join(ROOT, "{README.md,docs/*.md,apps/ringpool/README.md}")].to_h do |path|
+    [path.delete_prefix("#{ROOT}/"), File.read(path)]
+  end
+  C_SOURCES = Dir[File.join(ROOT, "ext", "**", "*.c")].map { |path| File.read(path) }
+
+  # Paths the guides name on purpose that are not in the repository, with the reason.
+  ELSEWHERE = {
+    "bin/rails" => "a Rails application's own script"
+  }.freeze
+
+  def test_every_weft_name_in_the_guides_is_defined
+    defined = Weft::Test::DocCoverage.definitions(SOURCES) | Weft::Test::DocCoverage.native_definitions(C_SOURCES)
+    unknown = GUIDES.flat_map do |file, text|
+      Weft::Test::DocCoverage.references(text).filter_map do |line, name|
+        class_name = name.delete_suffix(".new")
+        next if defined.include?(name) || (name.end_with?(".new") && defined.include?(class_name))
+        "#{file}:#{line} #{name}"
+      end
+    end
+    assert_empty unknown.uniq, "the guides name classes or methods lib/ and ext/ do not define (renamed or gone?)"
+  end
+
+  def test_every_repository_path_in_the_guides_exists
+    missing = GUIDES.flat_map do |file, text|
+      Weft::Test::DocCoverage.paths(text).filter_map do |line, path|
+        next if ELSEWHERE.key?(path)
+        next if File.exist?(File.join(ROOT, path)) || File.exist?(File.join(ROOT, File.dirname(file), path))
+        "#{file}:#{line} #{path}"
+      end
+    end
+    assert_empty missing, "the guides name files that are not in the repository"
+  end
 
   def test_every_public_definition_in_lib_has_a_comment_above_it
     missing = Weft::Test::DocCoverage.missing(SOURCES)
