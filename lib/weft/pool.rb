@@ -213,6 +213,7 @@ module Weft
     end
 
     # Returns a resource to the pool for the next holder (or retires it if it is due).
+    # @param resource [Object] what #checkout returned
     # @return [nil]
     def checkin(resource)
       return forget_parent_resources if ForkHandler.generation != @generation
@@ -239,6 +240,7 @@ module Weft
 
     # Retires a checked-out resource that is broken or in an unknown state; its slot becomes
     # free at once. Discarding a resource this pool does not hold (again) does nothing.
+    # @param resource [Object] what #checkout returned
     # @return [nil]
     def discard(resource)
       retire_broken(resource, true)

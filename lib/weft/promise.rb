@@ -24,12 +24,14 @@ module Weft
     end
 
     # Settles the promise with a value. Settling twice raises Weft::UsageError.
+    # @param value [Object] what #wait returns to every waiter
     # @return [self]
     def fulfill(value = nil)
       settle(:fulfilled, value)
     end
 
     # Settles the promise with an exception, which #wait raises in every waiter.
+    # @param exception [Exception]
     # @return [self]
     def reject(exception)
       raise ArgumentError, "reject needs an Exception" unless exception.is_a?(Exception)

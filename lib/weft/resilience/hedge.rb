@@ -12,7 +12,13 @@ module Weft
     # Weft::Hedge, which also hedges after a percentile of observed latencies.
     #
     #   Weft.hedge(after: 0.05, max: 2) { |attempt| replicas[attempt - 1].get("/user/42").body }
+    # @param after [Numeric] seconds before the next attempt starts (a percentile needs a
+    #   Weft::Hedge that outlives the call, to learn the latencies from)
+    # @param max [Integer] attempts at most, the first included
+    # @param budget [RetryBudget, nil] bounds the extra attempts; nil: no limit
+    # @yieldparam attempt [Integer] 1, 2... in the order attempts start
     # @return the first successful attempt's value
+    # @raise the last failure when every attempt failed
     def hedge(after:, max: 2, budget: nil, &block)
       if after.is_a?(Symbol)
         raise ArgumentError, "after: #{after.inspect} needs the latencies of earlier calls: " \

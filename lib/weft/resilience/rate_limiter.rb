@@ -74,6 +74,8 @@ module Weft
     end
 
     # Runs the block once a token is taken.
+    # @param timeout [Numeric, nil] seconds to wait for a token at most (0: not at all; nil: as
+    #   long as it takes, still bounded by the caller's deadline)
     # @raise [Weft::RateLimited] if no token could be had within `timeout`
     # @return the block's value
     def call(timeout: @timeout)

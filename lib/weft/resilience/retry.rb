@@ -10,7 +10,12 @@ module Weft
     # it draws on RetryBudget.default, which every such call in the process shares.
     #
     #   Weft.deadline(0.5) { Weft.retry(attempts: 3) { |attempt| client.get("/quote").body } }
+    # @param budget [RetryBudget, nil] the budget retries draw on; nil: no limit
+    # @param options [Hash] Weft::Retry.new's attempts:, base:, cap:, on:
+    # @yieldparam attempt [Integer] 1 for the first call, 2 for the first retry...
     # @return the block's value
+    # @raise the error of the last attempt: one not retried, or the last when attempts, the
+    #   budget or the deadline ran out
     def retry(budget: RetryBudget.default, **options, &block)
       Retry.new(budget: budget, **options).call(&block)
     end

@@ -14,7 +14,12 @@ module Weft
     #   Weft.scatter(shards, deadline: 0.2, fallback: ->(shard, _error) { shard.overflow }) do |shard|
     #     shard.client.post("/allocate", body: request).body
     #   end
-    # @return [Array]
+    # @param items [Enumerable] one block call, in a task of its own, per item
+    # @param deadline [Numeric, nil] seconds from the call; nil: the caller's deadline alone
+    # @param concurrency [Integer, nil] items running at once at most; nil: all
+    # @param fallback [#call, nil] `(item, error)` or `(item, error, partial)` => the result of
+    #   an item that failed or was late; nil: the first failure is raised
+    # @return [Array] the results in item order
     def scatter(items, deadline: nil, concurrency: nil, fallback: nil, &block)
       Scatter.new(deadline: deadline, concurrency: concurrency, fallback: fallback).call(items, &block)
     end
