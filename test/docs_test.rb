@@ -382,6 +382,22 @@ class DocsTest < Minitest::Test
     assert_empty unknown.uniq, "the guides name classes or methods lib/ and ext/ do not define (renamed or gone?)"
   end
 
+  def test_every_weft_name_and_path_in_the_doc_comments_exists
+    defined = Weft::Test::DocCoverage.definitions(SOURCES) | Weft::Test::DocCoverage.native_definitions(C_SOURCES)
+    stale = SOURCES.flat_map do |file, source|
+      comments = source.lines.map { |line| line.lstrip.start_with?("#") ? line : "\n" }.join
+      names = Weft::Test::DocCoverage.references(comments).filter_map do |line, name|
+        next if defined.include?(name) || (name.end_with?(".new") && defined.include?(name.delete_suffix(".new")))
+        "#{file}:#{line} #{name}"
+      end
+      paths = Weft::Test::DocCoverage.paths(comments).filter_map do |line, path|
+        "#{file}:#{line} #{path}" unless File.exist?(File.join(ROOT, path))
+      end
+      names + paths
+    end
+    assert_empty stale, "comments in lib/ name classes, methods or files that do not exist (renamed or gone?)"
+  end
+
   def test_every_repository_path_in_the_guides_exists
     missing = GUIDES.flat_map do |file, text|
       Weft::Test::DocCoverage.paths(text).filter_map do |line, path|

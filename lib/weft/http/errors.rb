@@ -64,7 +64,7 @@ module Weft
 
     # Included by every client timeout, so `rescue Weft::HTTP::TimeoutError` catches them all.
     # A module, since the deadline error must be a Weft::DeadlineExceeded while the others are
-    # plain Weft::TimeoutErrors; all of them are Timeout::Errors.
+    # plain Weft::TimeoutError instances; all of them are Timeout::Errors.
     module TimeoutError
       include Error
     end
