@@ -21,6 +21,10 @@ module Weft
     #
     # "Right above" means the line just before the `def`, `class`, `module`, `attr_*` or
     # constant line is a comment line; a blank line in between breaks the block off.
+    #
+    # It also lists what the code defines (#definitions, #native_definitions for the C) and what
+    # prose names (#references, #paths), so that guides and comments naming a class, method or
+    # file that was renamed or removed are found too.
     module DocCoverage
       # One public definition without a comment above it.
       Missing = Struct.new(:file, :line, :name) do
@@ -365,35 +369,35 @@ class DocsTest < Minitest::Test
   end
   C_SOURCES = Dir[File.join(ROOT, "ext", "**", "*.c")].map { |path| File.read(path) }
 
+  # What lib/, apps/ringpool/lib and ext/ define.
+  DEFINED = Weft::Test::DocCoverage.definitions(SOURCES) | Weft::Test::DocCoverage.native_definitions(C_SOURCES)
+
   # Paths the guides name on purpose that are not in the repository, with the reason.
   ELSEWHERE = {
     "bin/rails" => "a Rails application's own script"
   }.freeze
 
-  def test_every_weft_name_in_the_guides_is_defined
-    defined = Weft::Test::DocCoverage.definitions(SOURCES) | Weft::Test::DocCoverage.native_definitions(C_SOURCES)
-    unknown = GUIDES.flat_map do |file, text|
-      Weft::Test::DocCoverage.references(text).filter_map do |line, name|
-        class_name = name.delete_suffix(".new")
-        next if defined.include?(name) || (name.end_with?(".new") && defined.include?(class_name))
-        "#{file}:#{line} #{name}"
-      end
+  # @return [Array<String>] "file:line name" for each name in `text` that nothing defines
+  #   (`Class.new` counts as defined when the class is)
+  def undefined_references(file, text)
+    Weft::Test::DocCoverage.references(text).filter_map do |line, name|
+      next if DEFINED.include?(name) || (name.end_with?(".new") && DEFINED.include?(name.delete_suffix(".new")))
+      "#{file}:#{line} #{name}"
     end
+  end
+
+  def test_every_weft_name_in_the_guides_is_defined
+    unknown = GUIDES.flat_map { |file, text| undefined_references(file, text) }
     assert_empty unknown.uniq, "the guides name classes or methods lib/ and ext/ do not define (renamed or gone?)"
   end
 
   def test_every_weft_name_and_path_in_the_doc_comments_exists
-    defined = Weft::Test::DocCoverage.definitions(SOURCES) | Weft::Test::DocCoverage.native_definitions(C_SOURCES)
     stale = SOURCES.flat_map do |file, source|
       comments = source.lines.map { |line| line.lstrip.start_with?("#") ? line : "\n" }.join
-      names = Weft::Test::DocCoverage.references(comments).filter_map do |line, name|
-        next if defined.include?(name) || (name.end_with?(".new") && defined.include?(name.delete_suffix(".new")))
-        "#{file}:#{line} #{name}"
-      end
       paths = Weft::Test::DocCoverage.paths(comments).filter_map do |line, path|
         "#{file}:#{line} #{path}" unless File.exist?(File.join(ROOT, path))
       end
-      names + paths
+      undefined_references(file, comments) + paths
     end
     assert_empty stale, "comments in lib/ name classes, methods or files that do not exist (renamed or gone?)"
   end
