@@ -9,9 +9,9 @@ module Weft
   # thread's own can tell from its own work; the postgres pool (Postgres::CoreWait) and the
   # server's stall detector (Server::StallDetector) both read it, each for its own judgement.
   #
-  # A reading opens, reads and closes the file (~15 µs of CPU here); a reader that keeps the
-  # file open (#keep_open) reads it with one pread (~3-5 µs), for a thread read many times a
-  # second.
+  # A reading opens, reads and closes the file (16-20 µs of CPU here, with the parse); a reader
+  # that keeps the file open (#keep_open) reads it with one pread (3.8-5.5 µs), for a thread read
+  # many times a second (bench/core/schedstat_read.rb).
   # A file kept open goes on naming the thread it was opened for, in a forked child too, where
   # that thread is the parent's: there the reader drops it and reads by name again (the
   # parent's threads are not the child's: nil on Ruby 3.1; on Ruby 3.3 the thread that forked

@@ -127,8 +127,8 @@ module Weft
 
       # A pulse: [monotonic time, [seconds the reactor thread has run on a core, seconds it has
       # waited for one]], the second nil where Linux does not keep them. Read by the ticker ten
-      # times a second (from the file kept open: one pread, ~3 µs of CPU) and by the watchdog
-      # for a stall still going on.
+      # times a second (from the file kept open: one pread and the parse, 3.5-6 µs of CPU) and
+      # by the watchdog for a stall still going on. Timed once read, as the figures are.
       def beat
         figures = @reactor_statistics.read
         [Timers.now, figures]
