@@ -12,9 +12,10 @@
 #
 # Prints one line per run: seconds from TERM to the master's exit, and the load average.
 
-require "socket"
 require "tmpdir"
 require "rbconfig"
+require_relative "../support/ports"
+require_relative "../support/processes"
 
 ROOT = File.expand_path("../..", __dir__)
 HOOK = <<~RUBY
@@ -30,48 +31,23 @@ HOOK = <<~RUBY
   end)
 RUBY
 
-def free_port
-  server = TCPServer.new("127.0.0.1", 0)
-  server.addr[1]
-ensure
-  server&.close
-end
-
-def wait_until(seconds = 30)
-  deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
-  until (value = yield)
-    raise "timed out" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-    sleep 0.02
-  end
-  value
-end
-
-def children(pid)
-  Dir.glob("/proc/[0-9]*/stat").filter_map do |path|
-    stat = File.read(path)
-    stat.to_i if stat[(stat.rindex(")") + 2)..].split(" ", 3)[1].to_i == pid
-  rescue SystemCallError
-    nil
-  end
-end
-
 def run_once(exe)
   Dir.mktmpdir do |dir|
     env = %w[HOLD GO HELD].to_h { |name| [name, File.join(dir, name.downcase)] }
     File.write(File.join(dir, "weft.rb"), "workers 1\npreload true\nshutdown_timeout 10\n#{HOOK}")
     log = File.join(dir, "weft.log")
-    port = free_port
+    port = Bench.free_port
     pid = Process.spawn(env, RbConfig.ruby, exe, "serve", File.join(ROOT, "test/server/fixtures/pid.ru"), "-C",
                         File.join(dir, "weft.rb"), "-p", port.to_s, "-o", "127.0.0.1", out: log, err: log, pgroup: true)
     begin
-      first = wait_until { children(pid).first }
+      first = Bench::Processes.wait_until(30, "the first worker") { Bench::Processes.children(pid).first }
       File.write(env["HOLD"], "")
       Process.kill("KILL", first) # its replacement is held in the hook
-      wait_until { File.size?(env["HELD"]) }
+      Bench::Processes.wait_until(30, "the replacement held") { File.size?(env["HELD"]) }
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       load = File.read("/proc/loadavg").split.first
       Process.kill("TERM", pid)
-      wait_until { File.read(log).include?("stopping:") }
+      Bench::Processes.wait_until(30, "the master stopping") { File.read(log).include?("stopping:") }
       sleep 1
       File.write(env["GO"], "")
       Process.waitpid(pid)

@@ -17,39 +17,14 @@
 require "socket"
 require "tmpdir"
 require "time"
+require_relative "../support/ports"
+require_relative "../support/processes"
 
 ROOT = File.expand_path("../..", __dir__)
 APP = File.join(ROOT, "test/server/fixtures/pid.ru")
 CLIENTS = 30
 
-def free_port
-  server = TCPServer.new("127.0.0.1", 0)
-  server.addr[1]
-ensure
-  server&.close
-end
-
 def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-
-# Live, unreaped children of `parent`.
-def children(parent)
-  Dir.glob("/proc/[0-9]*/stat").filter_map do |path|
-    stat = File.read(path)
-    state, ppid = stat[(stat.rindex(")") + 2)..].split(" ", 3)
-    stat.to_i if ppid.to_i == parent && state != "Z"
-  rescue SystemCallError
-    nil
-  end.sort
-end
-
-def wait_until(seconds, what)
-  deadline = now + seconds
-  until (value = yield)
-    raise "#{what}: not within #{seconds} s" if now > deadline
-    sleep 0.01
-  end
-  value
-end
 
 # One keep-alive client: POSTs in a loop, reconnecting after `connection: close`.
 def client(port, stop)
@@ -80,18 +55,18 @@ end
 def run_once
   Dir.mktmpdir do |dir|
     log = File.join(dir, "weft.log")
-    port = free_port
+    port = Bench.free_port
     master = Process.spawn(RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", APP, "-p", port.to_s, "-o", "127.0.0.1",
                            "-w", "2", chdir: ROOT, out: log, err: log, pgroup: true)
     begin
-      previous = wait_until(30, "two workers") { (pids = children(master)).size == 2 && File.read(log).scan("booted").size == 2 && pids }
+      previous = Bench::Processes.wait_until(30, "two workers") { (pids = Bench::Processes.children(master)).size == 2 && File.read(log).scan("booted").size == 2 && pids }
       stop = [false]
       clients = Array.new(CLIENTS) { client(port, stop) }
       sleep 1 # the clients are under way
       load = File.read("/proc/loadavg").split.first
       sent = now
       Process.kill("USR2", master)
-      exited = wait_until(60, "the previous workers gone") { (pids = children(master)).size == 2 && (pids & previous).empty? && now - sent }
+      exited = Bench::Processes.wait_until(60, "the previous workers gone") { (pids = Bench::Processes.children(master)).size == 2 && (pids & previous).empty? && now - sent }
       stop[0] = true
       clients.each(&:join)
       lines = File.readlines(log)

@@ -15,9 +15,9 @@
 # medians per mode. RUBY_YJIT_ENABLE=0 for the interpreter's figures.
 require "net/http"
 require "json"
-require "socket"
 require "rbconfig"
 require "tmpdir"
+require_relative "../support/ports"
 
 ROOT = File.expand_path("../..", __dir__)
 WORKERS = Integer(ARGV.fetch(0, "5"))
@@ -26,13 +26,6 @@ BODY = JSON.generate({ "allocations" => Array.new(40) { |i| { "ring_pool" => i *
 
 def now
   Process.clock_gettime(Process::CLOCK_MONOTONIC)
-end
-
-def free_port
-  server = TCPServer.new("127.0.0.1", 0)
-  server.addr[1]
-ensure
-  server&.close
 end
 
 # @return [Hash] one fresh worker's figures
@@ -81,7 +74,7 @@ puts "Ruby #{RUBY_VERSION}#{' + YJIT' if yjit}, #{WORKERS} fresh workers a run, 
 results = Hash.new { |hash, key| hash[key] = [] }
 MODES = ENV.fetch("WARMUP_BENCH_MODES", "cold,warm,cold,warm").split(",").map(&:to_sym)
 MODES.each do |mode|
-  workers = run(mode, free_port)
+  workers = run(mode, Bench.free_port)
   workers.each do |w|
     puts format("%-6s worker %6d: first request %6.1f ms, %d requests %7.1f ms, CPU %6.1f ms, compiled %s iseqs in %s ms",
                 mode, w["pid"], w["first_ms"], REQUESTS, w["all_ms"], w["cpu_ms"], w["iseqs"].inspect, w["compile_ms"].inspect)

@@ -159,7 +159,8 @@ class ServerClusterSignalsTest < Minitest::Test
   # A TERM to the new master once it has trapped its signals but before its workers booted: it
   # stops its workers and the previous ones, and exits only once those have finished their
   # requests too. (Before, it waited for its own only, and left the previous ones draining with
-  # no master.)
+  # no master.) It tells them to stop: left alone they would serve on, their master alive, until
+  # it killed them shutdown_timeout (30 s) + 5 s later.
   def test_a_hot_restarted_master_stopping_waits_for_the_previous_workers
     Dir.mktmpdir do |dir|
       files = %i[hold go held].to_h { |name| [name, File.join(dir, name.to_s)] }
@@ -184,9 +185,11 @@ class ServerClusterSignalsTest < Minitest::Test
         assert_includes old, serving
         client.write("GET /sleep?s=5 HTTP/1.1\r\nHost: x\r\n\r\n")
         sleep 0.5 # most likely in flight by now (and if not, kept-alive: answered all the same)
+        stopped_at = Weft::Timers.now
         Process.kill("TERM", master)
         File.write(files[:go], "")
         eventually(40, "the master exits") { Process.waitpid(master, Process::WNOHANG) }
+        assert_operator Weft::Timers.now - stopped_at, :<, 30, "the master waited for the previous workers' kill"
         alive = old.select { |pid| process_alive?(pid) }
         assert_empty alive, "previous workers still running after their master exited"
         assert_equal serving, read_response(client).body.to_i, "the previous worker's request"

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../timers"
+require_relative "../thread_statistics"
 
 module Weft
   module Postgres
@@ -18,15 +19,16 @@ module Weft
     # processes that outnumber the cores. A thread that mostly sleeps in its poll waits less than
     # one that is always runnable, so the share errs low (towards the old judgement), never high.
     #
-    # Reading the statistics costs a file's open, read and close (~21 µs of CPU here; a file
-    # kept open would cost ~3, but would go on reading the parent's thread after a fork): it is
+    # Reading the statistics (ThreadStatistics) costs a file's open, read and close (~21 µs of
+    # CPU here; a file kept open would cost ~3, but names one thread, and the pool is read from
+    # whichever thread uses it, in the process that made it and in its forked children): it is
     # read at most every SAMPLE seconds as answers come (#tick, ~0.2 ms of CPU a second at most),
     # and when a statement looks long (#share). Where the file
     # is missing (another operating system, a Linux without scheduler statistics) the share is
     # always 0. Used under the pool's lock.
     class CoreWait
       # The statistics file of the calling thread.
-      SCHEDSTAT = "/proc/thread-self/schedstat"
+      SCHEDSTAT = ThreadStatistics::CALLING_THREAD
       # Seconds between readings as answers come: the span a share is measured over is at least
       # MIN_SPAN and at most about twice this, ending at the reading made when it is asked for.
       SAMPLE = 0.1
@@ -37,10 +39,7 @@ module Weft
       # @return [Float, nil] seconds this thread has waited for a core since it started; nil
       #   where the statistics are not available
       def self.thread_wait
-        # The second field: nanoseconds runnable but not running.
-        Integer(File.read(SCHEDSTAT).split(" ", 3)[1]) / 1e9
-      rescue SystemCallError, ArgumentError, TypeError
-        nil
+        ThreadStatistics.calling_thread&.last
       end
 
       # @param reader [#call] returns the calling thread's run-queue delay in seconds (nil when

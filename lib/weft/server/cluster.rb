@@ -78,10 +78,11 @@ module Weft
         @last_spawn = {}
         @phased = nil
         @settled_gc_count = nil
-        @old_pids = ENV.delete(OLD_WORKERS).to_s.split(",").map(&:to_i)
-        # The previous master generation's workers until they have exited (#reap): @old_pids
-        # empties once they have been told to stop, this once they are gone.
-        @previous_workers = @old_pids.dup
+        # A hot restart's previous workers (the previous master generations'), still serving
+        # until this master's workers have booted, then told to stop (TERM, once:
+        # #stop_previous_workers), until they have exited (#reap).
+        @previous_workers = ENV.delete(OLD_WORKERS).to_s.split(",").map(&:to_i)
+        @previous_workers_stopping = false
         @master_generation = Integer(ENV.delete(MASTER_GENERATION) || 0)
       end
 
@@ -175,7 +176,7 @@ module Weft
         check_boot_timeouts
         check_worker_timeouts
         advance_phased_restart
-        stop_old_master_workers
+        stop_previous_workers_once_replaced
         maintain_count unless @stopping
       end
 
@@ -358,7 +359,6 @@ module Weft
         loop do
           pid, status = Process.wait2(-1, Process::WNOHANG)
           break unless pid
-          @old_pids.delete(pid)
           # Its last statistics leave /stats (a removed or replaced worker's, a previous one's).
           Statistics::Board.remove(@board_root, pid)
           previous_worker_exited(pid)
@@ -437,9 +437,9 @@ module Weft
         @log.info("stopping: waiting up to #{@config[:shutdown_timeout]}s for in-flight requests")
         @listeners.each(&:close) # no worker needs the master's copies any more
         @workers.each { |worker| stop_worker(worker) }
-        @old_pids.each { |pid| kill(pid, "TERM") }
         # A hot restart's previous workers too: they are this process's children, and would
         # otherwise drain on after it, with no master.
+        stop_previous_workers
         deadline = Timers.now + @config[:shutdown_timeout] + 5
         until (@workers.empty? && @previous_workers.empty?) || Timers.now > deadline
           reap
@@ -490,7 +490,7 @@ module Weft
 
       # Re-executes the master image in place (same pid) with the listening sockets passed as
       # fds. The old workers remain its children and keep serving until the new master's
-      # workers have booted; the new master then stops them (#stop_old_master_workers).
+      # workers have booted; the new master then stops them (#stop_previous_workers_once_replaced).
       #
       # A stop signal must not be lost with the image the exec replaces. One queued by now (sent
       # with the USR2, or while the on_restart hooks ran) stops the cluster instead of the exec;
@@ -534,12 +534,18 @@ module Weft
         trap_signals(MASTER_ONLY_SIGNALS + STOP_SIGNALS)
       end
 
-      def stop_old_master_workers
-        return if @old_pids.empty?
-        return unless @workers.count(&:booted) >= @count
-        @log.info("hot restart: stopping the previous workers #{@old_pids.join(', ')}")
-        @old_pids.each { |pid| kill(pid, "TERM") }
-        @old_pids = [] # they stay our children: #reap collects them as they exit
+      # Once this master's workers have all booted, the previous ones are no longer needed.
+      def stop_previous_workers_once_replaced
+        stop_previous_workers if @workers.count(&:booted) >= @count
+      end
+
+      # Tells the previous workers still there to stop, once (the TERM of a graceful stop). They
+      # stay this process's children: #reap collects them as they exit.
+      def stop_previous_workers
+        return if @previous_workers_stopping || @previous_workers.empty?
+        @previous_workers_stopping = true
+        @log.info("hot restart: stopping the previous workers #{@previous_workers.join(', ')}") unless @stopping
+        @previous_workers.each { |pid| kill(pid, "TERM") }
       end
 
       def write_pidfile
