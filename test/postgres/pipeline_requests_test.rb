@@ -40,4 +40,17 @@ class PostgresPipelineRequestsTest < Minitest::Test
       assert_operator CountNew.count, :<=, 20, "#{CountNew.count} requests made for #{pipelined} pipelined statements"
     end
   end
+
+  # The requests a pool keeps for reuse outlive the reactor their statements ran on: they must
+  # not keep it (and the idle fibers it pools) from the garbage collector.
+  def test_requests_kept_for_reuse_keep_no_finished_reactor
+    db = pool(limit: 2)
+    reactor do
+      Weft.gather(Array.new(20) { |i| Weft.spawn { db.query("select $1::int", i) } })
+    end
+    spare = db.instance_variable_get(:@spare_requests)
+    refute_empty spare, "no request was kept for reuse: #{db.statistics}"
+    kept = spare.count { |request| request.condition.instance_variable_get(:@scheduler) }
+    assert_equal 0, kept, "#{kept} of #{spare.size} idle requests keep a reactor"
+  end
 end
