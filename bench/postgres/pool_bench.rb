@@ -66,11 +66,12 @@ module PostgresBench
       pool&.close
     end
 
-    # Runs FIBERS fibers looping `select 1` through `pool`: a 1 s warm-up (connections opened,
-    # caches hot), then `seconds` measured. A block given gets a callable that waits out the
-    # measured part, to wrap it (pool_profile.rb takes counters and profiles around it).
+    # Runs FIBERS fibers looping `select 1` through `pool`: a warm-up of `warm_up` seconds
+    # (connections opened, caches hot), then `seconds` measured. A block given gets a callable
+    # that waits out the measured part, to wrap it (pool_profile.rb takes counters and profiles
+    # around it).
     # @return [Array(Integer, Float)] statements completed while measuring, and the seconds
-    def select_one_loop(pool, seconds, unique: false)
+    def select_one_loop(pool, seconds, unique: false, warm_up: 1)
       serial = 0
       count = 0
       elapsed = nil
@@ -89,7 +90,7 @@ module PostgresBench
             end
           end
         end
-        sleep 1
+        sleep warm_up
         count = 0
         measuring = true
         started = PostgresBench.now

@@ -10,6 +10,9 @@
 #     (WEFT_STACKPROF_INTERVAL=50: sample every 50 µs of CPU rather than 200)
 #   WEFT_CALLS=1 bundle exec ruby bench/postgres/pool_profile.rb 1              # + method calls per statement
 #   WEFT_COUNT=1 bundle exec ruby bench/postgres/pool_profile.rb 5               # + events per statement
+#   WEFT_CALLGRIND=1 valgrind --tool=callgrind --collect-atstart=no --smc-check=all-non-file \
+#     ruby -rbundler/setup bench/postgres/pool_profile.rb 20        # + instructions per statement
+#     (with WEFT_WARMUP=60: the warm-up's seconds, 1 unless set; valgrind needs ~60 to get going)
 #   WEFT_BUSY=2 bundle exec ruby bench/postgres/pool_profile.rb 5                # on a busy reactor
 #   WEFT_ALLOCATIONS=1 bundle exec ruby bench/postgres/pool_profile.rb 2         # + objects by site
 #   WEFT_UNIQUE=1 bundle exec ruby bench/postgres/pool_profile.rb 5              # every text new
@@ -31,6 +34,15 @@
 # traced (Integer#+, Array#size, Hash#[]...): the rest is what a statement's trip costs in calls,
 # a figure that the machine's load does not move. The stall check is switched off for the run
 # (Pool::STALL_AFTER raised: a traced round takes longer than 2 ms).
+# With WEFT_CALLGRIND set (under valgrind's callgrind, started as above: valgrind does not follow
+# `bundle exec`'s exec) callgrind collects over the measured seconds only, and the instructions
+# this process ran per statement are the file's `totals` divided by the statements printed
+# (callgrind_annotate lists them by function). Unlike CPU time, that count does not move with
+# the machine's load (±1% from run to run on a machine at load 4-8, where user+system moved
+# ±15%), so it can tell a change of a few percent; it leaves out the kernel's work and what
+# cache misses cost, and valgrind runs the process ~50x slower, so every statement's head has
+# been in flight past Pool::STALL_AFTER (Pool#least_loaded_stalled, taken by 4-6% of
+# statements in a normal run, runs for nearly all) and segments are full.
 # With WEFT_ALLOCATIONS set it lists the objects allocated per statement by class and site
 # (ObjectSpace's allocation tracing, with the GC off while measuring: keep the run short; an
 # object made in C is charged to the Ruby line that called into C).
@@ -59,14 +71,19 @@ module PostgresBench
     module_function
 
     def run(seconds)
+      @toggle = callgrind_toggle
+      # (under valgrind a caller can wait past the default acquire_timeout for its slot)
       pool = Weft::Postgres::Pool.new(PostgresBench.database[:url], limit: PoolBench::CONNECTIONS,
-                                                                    pipelining: ENV["WEFT_PIPELINING"] != "0")
+                                                                    pipelining: ENV["WEFT_PIPELINING"] != "0",
+                                                                    acquire_timeout: @toggle ? 600.0 : 5.0)
       figures = nil
       counts = nil
-      count, = PoolBench.select_one_loop(pool, seconds, unique: ENV["WEFT_UNIQUE"] == "1") do |measured|
+      warm_up = Float(ENV.fetch("WEFT_WARMUP", 1))
+      unique = ENV["WEFT_UNIQUE"] == "1"
+      count, = PoolBench.select_one_loop(pool, seconds, unique: unique, warm_up: warm_up) do |measured|
         busy = Busy.new(Integer(ENV.fetch("WEFT_BUSY", 0)), Float(ENV.fetch("WEFT_SPIN_MS", 5)) / 1000)
         before = snapshot
-        counts = counted { profiled { traced { calls_counted { measured.call } } } }
+        counts = counted { profiled { traced { calls_counted { instructions_counted { measured.call } } } } }
         busy.stop
         figures = delta(before, snapshot)
         figures[:spun] = busy.cpu
@@ -211,6 +228,32 @@ module PostgresBench
       format("calls per statement: %.1f, of which %.1f inlined untraced: %.1f calls\n",
              per[total], per[inlined], per[total - inlined]) +
         top.map { |name, n| format("  %6.2f %s\n", per[n], name) }.join
+    end
+
+    # Runs the block with callgrind collecting (when WEFT_CALLGRIND is set): callgrind's
+    # client request, which only C can make, from a two-line library built before the run
+    # (#callgrind_toggle).
+    def instructions_counted
+      return yield unless @toggle
+      @toggle.call
+      begin
+        yield
+      ensure
+        @toggle.call
+      end
+    end
+
+    # @return [Fiddle::Function, nil] what switches callgrind's collecting on and off, built
+    #   when WEFT_CALLGRIND is set (outside the reactor: it writes a file and runs the compiler)
+    def callgrind_toggle
+      return nil unless ENV["WEFT_CALLGRIND"]
+      require "fiddle"
+      require "tmpdir"
+      Dir.mktmpdir("weft-callgrind") do |dir|
+        File.write("#{dir}/toggle.c", "#include <valgrind/callgrind.h>\nvoid toggle(void) { CALLGRIND_TOGGLE_COLLECT; }\n")
+        system("cc", "-shared", "-fPIC", "-o", "#{dir}/toggle.so", "#{dir}/toggle.c", exception: true)
+        Fiddle::Function.new(Fiddle.dlopen("#{dir}/toggle.so")["toggle"], [], Fiddle::TYPE_VOID)
+      end
     end
 
     # Runs the block counting fiber switches and calls of COUNTED (when WEFT_COUNT is set).

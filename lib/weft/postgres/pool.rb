@@ -520,6 +520,10 @@ module Weft
         @idle = []      # free, most recently used last
         @shared = []    # carrying pipelined statements
         @pinned = []
+        # Requests answered, for #pipelined to reuse: a Request and its Waiter fewer per
+        # statement, taken under the lock without the fiber-local look-up (Thread#[], ~1% of a
+        # pipelined statement's CPU on 3.3 + YJIT) that keeping one per fiber cost
+        @spare_requests = []
         @connecting = 0
         @queries = 0
         @pipelined_queries = 0
@@ -581,7 +585,9 @@ module Weft
         # A setting or the end of the transaction (role :setting or :end) goes in a segment of
         # its own.
         alone = !role.nil?
-        interruptible(AT_WAITS) { shared_query(sql, params, alone) }
+        # #interruptible written out: its block, called for every statement, cost a call more
+        return shared_query(sql, params, alone) if Fiber.scheduler && !Fiber.current.blocking?
+        Thread.handle_interrupt(AT_WAITS) { shared_query(sql, params, alone) }
       end
 
       # #query's statement outside a pin: one turn of the lock either takes a free connection
@@ -783,7 +789,7 @@ module Weft
       # the transaction: #query) goes in a segment of its own too, whose implicit transaction is
       # then its own; statements follow it as usual.
       def pipelined(sql, params, alone)
-        request = Request.take(sql, params)
+        request = @spare_requests.pop&.reset(sql, params) || Request.new(sql, params)
         request.alone = true if alone
         if (slow = @slow_statements.slow?(sql))
           request.slow = true
@@ -805,6 +811,9 @@ module Weft
         depth = pipeline.depth
         @max_depth = depth if depth > @max_depth
         result = pipeline.await(request)
+        # Answered, it is out of every pipeline and holds nothing: the next statement of any
+        # caller reuses it (one that raised, abandoned or not, is left to the garbage collector)
+        @spare_requests << request
         Trace.event(:done, pipeline.connection) if Trace::ON
         result
       end

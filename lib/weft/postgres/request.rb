@@ -10,26 +10,10 @@ module Weft
     # Every field is read and written under the pool's lock; `condition` is signalled when the
     # request is settled or when its waiter is asked to take over reading the connection.
     #
-    # A fiber (or thread) waits for one statement at a time, so it reuses one request, and its
-    # Waiter, for all its statements (see .take): two objects fewer per statement,
-    # which the garbage collector would otherwise sweep at every turn of a busy pool.
+    # A request answered goes back to its pool, which reuses it, and its Waiter, for a later
+    # statement (Pool#pipelined): two objects fewer per statement, which the garbage collector
+    # would otherwise sweep at every turn of a busy pool.
     class Request
-      # The fiber-local slot of the calling fiber's request.
-      FIBER_KEY = :weft_postgres_request
-
-      # The calling fiber's request, set up for a new statement: the one it used last, unless
-      # that one was abandoned (it stays in flight, and in the pipeline's queue, until its
-      # segment comes back); a new one then, or the first time.
-      # @return [Request]
-      def self.take(sql, params)
-        request = Thread.current[FIBER_KEY]
-        if request.nil? || request.abandoned?
-          Thread.current[FIBER_KEY] = new(sql, params)
-        else
-          request.reset(sql, params)
-        end
-      end
-
       # @return [String]
       attr_reader :sql
       # @return [Array]

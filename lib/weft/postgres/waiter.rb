@@ -17,8 +17,7 @@ module Weft
     class Waiter
       def initialize
         @fiber = nil     # the fiber parked in #wait on Weft's reactor, until woken
-        @scheduler = nil # that fiber's reactor
-        @thread = nil    # that reactor's thread
+        @scheduler = nil # that fiber's reactor, while it is parked
         @condition = nil # for waiters elsewhere
       end
 
@@ -31,32 +30,25 @@ module Weft
       def wait(lock, timeout = nil)
         scheduler = Fiber.scheduler
         fiber = Fiber.current
-        # A Waiter serves one fiber (its Request's) on one reactor, nearly always: the reactor
-        # is kept, and known to be Weft's, from its first wait there.
-        known = @scheduler&.equal?(scheduler) || (scheduler.is_a?(Scheduler) && remember(scheduler))
-        unless known && !fiber.blocking?
+        unless scheduler.is_a?(Scheduler) && !fiber.blocking?
           (@condition ||= Thread::ConditionVariable.new).wait(lock, timeout)
           return
         end
 
+        # The reactor is kept only while the fiber is parked: a pool keeps its idle waiters
+        # (Pool#pipelined reuses them), and one that kept the reactor of its last wait would
+        # keep a finished reactor, and the idle fibers it pools, from the garbage collector.
         @fiber = fiber
+        @scheduler = scheduler
         lock.unlock
         begin
           scheduler.suspend(timeout, self)
         ensure
           lock.lock
           @fiber = nil # under the lock, where #signal reads it
+          @scheduler = nil
         end
       end
-
-      # Keeps `scheduler` as the reactor this waiter parks on.
-      # @return [true]
-      def remember(scheduler)
-        @scheduler = scheduler
-        @thread = scheduler.thread
-        true
-      end
-      private :remember
 
       # Wakes the waiter, if one waits; called with the lock held. A waiter on Weft's reactor
       # runs on the reactor's next turn (from another thread: once the reactor has taken the
@@ -68,10 +60,11 @@ module Weft
         fiber = @fiber
         if fiber
           @fiber = nil
-          if Thread.current.equal?(@thread)
-            @scheduler.wake(fiber, true, self)
+          scheduler = @scheduler
+          if Thread.current.equal?(scheduler.thread)
+            scheduler.wake(fiber, true, self)
           else
-            @scheduler.wake_from_any_thread(fiber, self)
+            scheduler.wake_from_any_thread(fiber, self)
           end
         else
           @condition&.signal
