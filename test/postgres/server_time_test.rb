@@ -65,6 +65,7 @@ class PostgresServerTimeTest < Minitest::Test
 
   def test_a_busy_reactor_does_not_mark_pipelined_short_statements_slow
     db = pool(limit: 2)
+    started, before = now, Weft::ThreadStatistics.calling_thread
     reactor do
       latencies = loop_statements(db, "select 1", fibers: 40, seconds: 1.5, busy: 2)
       assert_operator median(latencies), :>=, LONG, "the answers were not read late: nothing was tested"
@@ -72,7 +73,18 @@ class PostgresServerTimeTest < Minitest::Test
     statistics = db.statistics
     # A share, not a count: a loaded machine runs fewer in the time (97 at load 9).
     assert_operator statistics[:pipelined], :>, statistics[:queries] / 2, "the statements were not pipelined (#{statistics.inspect})"
-    assert_equal 0, statistics[:slow_marked], "select 1 was marked slow"
+    return if statistics[:slow_marked].zero?
+
+    # The reactor's own busyness must never mark select 1; a machine whose other processes keep
+    # the backends off the cores can (the kernel's doing, which CoreWait discounts only in part:
+    # once in a full 3.1 run beside a helper's valgrind runs). Told apart by how long the
+    # reactor's thread, always runnable here, waited for a core.
+    after = Weft::ThreadStatistics.calling_thread
+    waited = before && after ? (after[1] - before[1]) / (now - started) : 0.0
+    message = "select 1 was marked slow #{statistics[:slow_marked]} times in #{statistics[:queries]} " \
+              "statements; the reactor's thread waited for a core #{(waited * 100).round}% of the run"
+    skip "#{message}: the machine's load, not the reactor's" if waited >= 0.15
+    flunk message
   end
 
   # A segment's time is the shortest it can have taken, never less than nothing. A reader that
