@@ -703,19 +703,13 @@ module Weft
       io_timeout(Fiber.current)
     end
 
-    if RUBY_VERSION >= "3.3"
-      # Ruby 3.3 routes IO#pread/#pwrite here. They run in the caller's thread, in a blocking
-      # fiber (so they do not come back here): the reactor waits for the file, as it does on
-      # Rubies without these hooks. On a helper thread, as IO.select runs, Ruby 3.3.8 hangs the
-      # whole process once a pwrite and a pread meet (found 2026-11-24, cause not found).
-      def io_pread(io, buffer, from, length, offset)
-        Fiber.blocking { buffer.pread(io, from, length, offset) }
-      end
-
-      def io_pwrite(io, buffer, from, length, offset)
-        Fiber.blocking { buffer.pwrite(io, from, length, offset) }
-      end
-    end
+    # No io_pread/io_pwrite (Ruby 3.3 routes IO#pread/#pwrite to them where they exist): without
+    # them Ruby reads and writes the file itself, in the caller's thread, and the reactor waits
+    # for the file as on Rubies without these hooks. Both ways they had on 3.3.8 hung the
+    # process: on a helper thread, as soon as a pwrite and a pread met; in a blocking fiber
+    # (IO::Buffer#pread/#pwrite), at its exit, its timer thread spinning as the VM stopped it
+    # (10 of 100 runs of five tasks' pwrite and pread at load 6-8; none of 100 without the
+    # hooks). test/newer_hooks_test.rb.
 
     if RUBY_VERSION >= "3.2"
       # IO.select (hooked from Ruby 3.2). A multi-IO select has no single readiness to wait on

@@ -273,11 +273,14 @@ class HTTPClientTest < Minitest::Test
   end
 
   def test_unix_socket_origin
-    path = File.join(Dir.mktmpdir("weft-http"), "app.sock")
+    dir = Dir.mktmpdir("weft-http")
+    path = File.join(dir, "app.sock")
     srv = server(unix: path) { |r| [200, {}, "unix #{r.path} #{r.env['HTTP_HOST']}"] }
     http = client("unix://#{path}")
     3.times { assert_equal "unix /status localhost", http.get("/status").body }
     assert_equal 1, srv.connections
+  ensure
+    FileUtils.rm_rf(dir) if dir
   end
 
   def test_max_uses_and_idle_timeout_replace_connections

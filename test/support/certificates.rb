@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "fileutils"
 require "openssl"
 require "tmpdir"
 
@@ -14,11 +15,12 @@ module Weft
     module Certificates
       module_function
 
-      # @param dir [String] where the PEM files go (a new temp dir by default)
+      # @param dir [String] where the PEM files go; by default a new temp dir, removed when the
+      #   test process exits (a run of the suite left 70 of them in /tmp)
       # @param san [String] the server certificate's subjectAltName
       # @param valid_for [Integer] seconds the certificates stay valid
       # @return [Hash] :ca, :cert, :key (OpenSSL objects), :ca_file, :cert_file, :key_file, :dir
-      def generate(dir = Dir.mktmpdir("weft-tls"), san: "DNS:localhost,IP:127.0.0.1", valid_for: 3600)
+      def generate(dir = temporary_dir, san: "DNS:localhost,IP:127.0.0.1", valid_for: 3600)
         ca_key = OpenSSL::PKey::EC.generate("prime256v1")
         ca = certificate("CN=Weft Test CA", ca_key, ca_key, nil, valid_for, ca: true)
         key = OpenSSL::PKey::EC.generate("prime256v1")
@@ -38,6 +40,16 @@ module Weft
         context.key = certs[:key]
         context.session_id_context = "weft-test"
         context
+      end
+
+      # A new temp dir, removed at the exit of the process that made it (not of a forked child:
+      # the test's server may still read the files). Whatever the test's outcome: the files
+      # may be read until its servers and clients are gone, which a test's failure can delay.
+      def temporary_dir
+        dir = Dir.mktmpdir("weft-tls")
+        owner = Process.pid
+        at_exit { FileUtils.rm_rf(dir) if Process.pid == owner }
+        dir
       end
 
       def certificate(subject, key, issuer_key, issuer, valid_for, ca: false, san: nil)
@@ -62,7 +74,7 @@ module Weft
         cert.sign(issuer_key, OpenSSL::Digest.new("SHA256"))
         cert
       end
-      private_class_method :certificate
+      private_class_method :certificate, :temporary_dir
     end
   end
 end

@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
+require "fileutils"
 require "json"
 require "rbconfig"
+require "tmpdir"
 
 module Weft
   module Test
@@ -12,13 +14,20 @@ module Weft
 
       # Starts `weft serve ARGS`, waits until `port` answers, yields the pid, and makes sure the
       # process is gone afterwards. `spawn` adds Process.spawn options (e.g. rlimit_nofile:).
+      #
+      # The server gets a temp dir of its own (TMPDIR), removed afterwards with what it left
+      # there: a master's statistics directory (weft-<pid>) stays when the master ends without
+      # its cleanup (a stop signal while a hot restart's new image boots, a KILL), and a later
+      # master given the same pid would have found it (a full run of the suite left 9 in /tmp).
       def with_weft(*args, port:, log: File::NULL, env: {}, spawn: {})
-        pid = Process.spawn(env, RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", *args,
+        tmpdir = Dir.mktmpdir("weft-serve")
+        pid = Process.spawn({ "TMPDIR" => tmpdir }.merge(env), RbConfig.ruby, File.join(ROOT, "exe/weft"), "serve", *args,
                             chdir: ROOT, out: log, err: log, pgroup: true, **spawn)
         wait_for_port(port, pid)
         yield pid
       ensure
         stop_process(pid) if pid
+        FileUtils.rm_rf(tmpdir) if tmpdir
       end
 
       def wait_for_port(port, pid, timeout: 20)
@@ -84,6 +93,17 @@ module Weft
         rescue SystemCallError
           nil # it exited meanwhile
         end.sort
+      end
+
+      # Seconds the main thread of process `pid` (a worker's reactor) has spent waiting for a
+      # core since it started: runnable, not running (the second field of Linux's scheduler
+      # statistics). For tests whose behaviour needs a process to run within a bound: a wait for
+      # a core of that length or more, in total over the span, makes its failure the machine's.
+      # @return [Float, nil] nil where the statistics are not kept, or the process is gone
+      def core_wait_of(pid)
+        Integer(File.read("/proc/#{pid}/task/#{pid}/schedstat").split(" ", 3)[1]) / 1e9
+      rescue SystemCallError, ArgumentError, TypeError
+        nil
       end
 
       # Runs requests on fresh connections in a thread while the block runs; the block gets the

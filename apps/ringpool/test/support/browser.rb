@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
+require "fileutils"
 require "selenium-webdriver"
+require "tmpdir"
 
 module Ringpool
   module Test
@@ -26,13 +28,29 @@ module Ringpool
           options.add_argument(arg)
         end
         service = Selenium::WebDriver::Service.chrome(path: CHROMEDRIVER)
-        driver = Selenium::WebDriver.for(:chrome, options: options, service: service)
+        # Chromium leaves a directory in its TMPDIR (org.chromium.Chromium.*, its profile's
+        # singleton socket) after it quit: ChromeDriver, and the browser it starts, get one of
+        # ours, removed afterwards.
+        tmpdir = Dir.mktmpdir("ringpool-browser")
+        driver = with_tmpdir(tmpdir) { Selenium::WebDriver.for(:chrome, options: options, service: service) }
         begin
           yield driver
         ensure
           driver.quit
         end
+      ensure
+        FileUtils.rm_rf(tmpdir) if tmpdir
       end
+
+      # Runs the block with ENV["TMPDIR"] set to `dir` (for the processes it starts).
+      def self.with_tmpdir(dir)
+        previous = ENV.fetch("TMPDIR", nil)
+        ENV["TMPDIR"] = dir
+        yield
+      ensure
+        ENV["TMPDIR"] = previous
+      end
+      private_class_method :with_tmpdir
     end
   end
 end
