@@ -585,9 +585,7 @@ module Weft
         # A setting or the end of the transaction (role :setting or :end) goes in a segment of
         # its own.
         alone = !role.nil?
-        # #interruptible written out: its block, called for every statement, cost a call more
-        return shared_query(sql, params, alone) if Fiber.scheduler && !Fiber.current.blocking?
-        Thread.handle_interrupt(AT_WAITS) { shared_query(sql, params, alone) }
+        interruptible(AT_WAITS) { shared_query(sql, params, alone) }
       end
 
       # #query's statement outside a pin: one turn of the lock either takes a free connection
