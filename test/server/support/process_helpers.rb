@@ -4,6 +4,7 @@ require "fileutils"
 require "json"
 require "rbconfig"
 require "tmpdir"
+require "weft/thread_statistics"
 
 module Weft
   module Test
@@ -101,8 +102,8 @@ module Weft
       # a core of that length or more, in total over the span, makes its failure the machine's.
       # @return [Float, nil] nil where the statistics are not kept, or the process is gone
       def core_wait_of(pid)
-        Integer(File.read("/proc/#{pid}/task/#{pid}/schedstat").split(" ", 3)[1]) / 1e9
-      rescue SystemCallError, ArgumentError, TypeError
+        Weft::ThreadStatistics.parse(File.read("/proc/#{pid}/task/#{pid}/schedstat"))&.last
+      rescue SystemCallError
         nil
       end
 
