@@ -12,7 +12,8 @@
 #   WEFT_COUNT=1 bundle exec ruby bench/postgres/pool_profile.rb 5               # + events per statement
 #   WEFT_CALLGRIND=1 valgrind --tool=callgrind --collect-atstart=no --smc-check=all-non-file \
 #     ruby -rbundler/setup bench/postgres/pool_profile.rb 20        # + instructions per statement
-#     (with WEFT_WARMUP=60: the warm-up's seconds, 1 unless set; valgrind needs ~60 to get going)
+#     (with WEFT_WARMUP=60: the warm-up's seconds, 1 unless set; valgrind needs ~60 to get going;
+#     Debian's valgrind package, not installed by bin/setup: this mode only)
 #   WEFT_BUSY=2 bundle exec ruby bench/postgres/pool_profile.rb 5                # on a busy reactor
 #   WEFT_ALLOCATIONS=1 bundle exec ruby bench/postgres/pool_profile.rb 2         # + objects by site
 #   WEFT_UNIQUE=1 bundle exec ruby bench/postgres/pool_profile.rb 5              # every text new
