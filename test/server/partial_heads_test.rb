@@ -62,6 +62,40 @@ class ServerPartialHeadsTest < Minitest::Test
     end
   end
 
+  # A partial head left behind a complete request in the same read is a tail of that read's
+  # buffer: parked as it was, it kept the whole buffer (the big head before it) alive while the
+  # budget counted its 29 bytes (2,000 such connections held 148 MB and counted 60 KB,
+  # bench/server/partial_head_flood.rb). Parked, it holds no more than the budget counts.
+  def test_a_partial_head_parked_behind_a_big_one_holds_only_what_the_budget_counts
+    require "objspace"
+    connections = 8
+    tail = "GET / HTTP/1.1\r\nHost: x\r\nX-Pa" # more than a String holds embedded
+    with_server(HELLO, partial_head_budget: 10_000_000, header_timeout: 10) do |server, port|
+      heads = server.partial_heads
+      GC.start
+      strings_before = ObjectSpace.memsize_of_all(String)
+      sockets = Array.new(connections) { connect(port) }
+      sockets.each do |socket|
+        socket.write("GET / HTTP/1.1\r\nHost: x\r\nX-Pad: #{'p' * 60_000}\r\n\r\n#{tail}")
+        assert_equal "ok", read_response(socket).body
+      end
+      wait_for { heads.size == connections }
+      GC.start
+      held = ObjectSpace.memsize_of_all(String) - strings_before
+      counted = heads.bytes
+      # 8 heads of 60 KB kept alive would be 480 KB; their 29-byte tails are a few hundred
+      # bytes. The margin is for strings of the test's own (none of them 60 KB each).
+      assert_operator counted, :>=, connections * tail.bytesize
+      assert_operator held, :<, counted + 200_000, "strings grew by #{held} bytes, the budget counts #{counted}"
+      sockets.each do |socket|
+        socket.write("d: 1\r\n\r\n")
+        assert_equal "ok", read_response(socket).body
+      end
+      wait_for { heads.size.zero? }
+      assert_equal 0, heads.bytes
+    end
+  end
+
   private
 
   def wait_for(seconds = 3)

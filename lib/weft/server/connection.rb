@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "objspace"
 require "stringio"
 require "openssl"
 require "weft/http1/parser"
@@ -415,7 +416,7 @@ module Weft
             fill(remaining)
           else
             @head_parked = true
-            @host.park_head(self, remaining, @stream.buffer.bytesize)
+            @host.park_head(self, remaining, memory_held_by_head)
             return :parked
           end
         end
@@ -434,6 +435,20 @@ module Weft
         answer_error(408, "request head not received in time")
         linger
         false
+      end
+
+      # What the head parked so far holds, for partial_head_budget: its buffer's memory, not only
+      # its bytes. A head that came behind a complete request in the same read is the tail of
+      # that read's buffer (Stream#consume slices it, sharing the memory: no copy per pipelined
+      # request), and as such kept the whole buffer alive: 29 bytes counted, the 60 KB head
+      # before it held (test/server/partial_heads_test.rb). Parked, it gets memory of its own
+      # first: String#setbyte makes a shared string independent (a copy of its bytes) and
+      # changes nothing in one that is. The count includes the String's spare capacity.
+      # @return [Integer] bytes
+      def memory_held_by_head
+        buffer = @stream.buffer
+        buffer.setbyte(0, buffer.getbyte(0)) unless buffer.empty?
+        ObjectSpace.memsize_of(buffer)
       end
 
       # @return [IO, nil] rack.input, or nil after answering an error

@@ -114,7 +114,7 @@ module Weft
       # (Connection#head_dropped: a 431 if the socket takes it at once, then closed).
       # @param connection [Connection]
       # @param timeout [Numeric] seconds left of its header_timeout
-      # @param bytes [Integer] of the head so far
+      # @param bytes [Integer] of memory the head so far holds (Connection#memory_held_by_head)
       def park_head(connection, timeout, bytes)
         park(connection, timeout)
         @partial_heads&.hold(connection, bytes) do |victim|

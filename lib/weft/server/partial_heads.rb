@@ -3,7 +3,8 @@
 module Weft
   class Server
     # The server-wide budget for request heads parked unfinished (Connection#read_head): the
-    # bytes each such connection keeps buffered, up to max_header_bytes, for as long as
+    # memory each such connection's buffer holds (its String's allocation, see
+    # Connection#memory_held_by_head; the head is up to max_header_bytes), for as long as
     # header_timeout. Without a budget the bound is max_connections x max_header_bytes (640 MB by
     # default): 8,000 connections each holding 60 KB of a head grew a process by 432 MB, and
     # malloc kept most of it after they were gone.
@@ -21,7 +22,7 @@ module Weft
       # Bytes from which a partial head is among the first dropped.
       LARGE = 8192
 
-      # @return [Integer] the bytes held by parked partial heads now
+      # @return [Integer] the bytes of memory held by parked partial heads now
       attr_reader :bytes
 
       # @param budget [Integer] bytes
