@@ -32,6 +32,7 @@ $LOAD_PATH.unshift(File.join(ROOT, "lib"), File.join(ROOT, "test"))
 require "weft/version"
 require "support/postgres_cluster"
 require_relative "support/ports"
+require_relative "support/processes"
 require_relative "support/results"
 
 module ServerBench
@@ -147,14 +148,9 @@ module ServerBench
     running.each_value { |_, pid| stop(pid) }
   end
 
+  # Stops a server started by #with_servers (or a script beside this one), in its own group.
   def stop(pid)
-    Process.kill("TERM", -pid)
-    Timeout.timeout(15) { Process.wait(pid) }
-  rescue Timeout::Error
-    Process.kill("KILL", -pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
+    Bench::Processes.stop(pid, timeout: 15)
   end
 
 

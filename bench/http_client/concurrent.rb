@@ -40,7 +40,7 @@ begin
   end
   samples.each { |label, rates| results[label] = rates.sort[rates.size / 2] }
 ensure
-  Bench.stop(upstream)
+  Bench::Processes.stop(upstream)
 end
 
 puts "## #{REQUESTS} concurrent requests through one client (limit #{LIMIT} connections, median of #{ROUNDS} rounds)"

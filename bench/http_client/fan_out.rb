@@ -63,11 +63,11 @@ begin
       ab(port, CONCURRENCY * 2) # warm-up: connections, code paths
       results[label] = ab(port, REQUESTS)
     ensure
-      Bench.stop(pid)
+      Bench::Processes.stop(pid)
     end
   end
 ensure
-  Bench.stop(upstream)
+  Bench::Processes.stop(upstream)
 end
 
 ceiling = CONCURRENCY / DELAY

@@ -65,7 +65,7 @@ module KeepAliveCPU
     end
     checkouts.each { |checkout| puts "", syscalls(checkout, port, requests) } if system("which strace > /dev/null")
   ensure
-    Bench.stop(upstream)
+    Bench::Processes.stop(upstream)
   end
 
   # @return [String] the client's JSON line

@@ -134,7 +134,7 @@ module ClientProfile
     puts "", "load after: #{load_average}"
     extras(variant, limit, port, upstream)
   ensure
-    Bench.stop(upstream)
+    Bench::Processes.stop(upstream)
   end
 
   # Fiber switches, system calls and the hottest frames, for this checkout, when asked for.

@@ -124,6 +124,6 @@ upstreams.each do |kind|
     served, peak = File.read(count_file).split
     puts "| #{name} | #{in_time} | #{(in_time / took).round} | #{sizes.join(' ')} | #{served} | #{peak} |"
   ensure
-    Bench.stop(upstream)
+    Bench::Processes.stop(upstream)
   end
 end

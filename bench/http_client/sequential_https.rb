@@ -77,7 +77,7 @@ begin
     [label, { median: times[times.size / 2] * 1000, mean: times.sum / times.size * 1000 }]
   end
 ensure
-  Bench.stop(pid)
+  Bench::Processes.stop(pid)
 end
 
 new_conn = results["Net::HTTP, new connection per call"][:median]

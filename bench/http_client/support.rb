@@ -9,6 +9,7 @@ require "tmpdir"
 require "fileutils"
 require "timeout"
 require_relative "../support/ports"
+require_relative "../support/processes"
 require_relative "../../test/support/certificates"
 
 module Bench
@@ -47,17 +48,6 @@ module Bench
       retry
     end
     pid
-  end
-
-  def stop(pid)
-    return unless pid
-    Process.kill(:TERM, -pid)
-    Timeout.timeout(10) { Process.wait(pid) }
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  rescue Timeout::Error
-    Process.kill(:KILL, -pid)
-    Process.wait(pid)
   end
 
   # @param rows [Array<Array(String, Float)>] label and value

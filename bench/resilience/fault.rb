@@ -31,6 +31,7 @@ require "timeout"
 require_relative "../../lib/weft/http"
 require_relative "fault_report"
 require_relative "../support/ports"
+require_relative "../support/processes"
 
 module FaultBench
   ROOT = File.expand_path("../..", __dir__)
@@ -111,7 +112,8 @@ module FaultBench
     end
   end
 
-  # Server and hey processes: spawned in their own process groups, stopped by group.
+  # Server and hey processes: spawned in their own process groups, stopped by group
+  # (Bench::Processes.stop).
   module Processes
     module_function
 
@@ -138,16 +140,6 @@ module FaultBench
       end
     end
 
-    def stop(pid)
-      Process.kill(:TERM, -pid)
-      Timeout.timeout(10) { Process.wait(pid) }
-    rescue Errno::ESRCH, Errno::ECHILD
-      nil
-    rescue Timeout::Error
-      Process.kill(:KILL, -pid)
-      Process.wait(pid)
-    end
-
     # @return [Float] CPU seconds (user + system) the process has used so far
     def cpu_seconds(pid)
       fields = File.read("/proc/#{pid}/stat").split(") ").last.split
@@ -158,14 +150,6 @@ module FaultBench
     def run_delay(pid)
       File.read("/proc/#{pid}/schedstat").split[1].to_i / 1e9
     end
-
-    # @return [Array(Integer, Integer)] jiffies the machine's CPUs have been busy, and in all
-    def cpu_busy
-      fields = File.foreach("/proc/stat").first.split.drop(1).first(8).map(&:to_i) # guest time is in user already
-      idle = fields[3] + fields[4] # idle + iowait
-      [fields.sum - idle, fields.sum]
-    end
-
   end
 
   # One variant's run: processes up, fault set, load, results collected, processes down.
@@ -213,7 +197,7 @@ module FaultBench
       File.write(File.join(@dir, "run.json"), JSON.generate(result))
     ensure
       sampler&.kill
-      @pids.each { |pid| Processes.stop(pid) }
+      @pids.each { |pid| Bench::Processes.stop(pid) }
     end
 
     private
@@ -226,7 +210,7 @@ module FaultBench
     def sample_machine(t0)
       samples = (0..@config.duration).map do |t|
         sleep([t0 + t - Processes.now, 0].max)
-        busy, total = Processes.cpu_busy
+        busy, total = Bench::Processes.machine_cpu
         { busy: busy, total: total, app: Processes.run_delay(@app), shards: (@pids - [@app]).sum { |pid| Processes.run_delay(pid) } }
       end
       samples.each_cons(2).map do |before, after|

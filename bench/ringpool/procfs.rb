@@ -3,8 +3,8 @@
 require "etc"
 
 module RingpoolBench
-  # CPU time from /proc: of a process tree (ringpool's master and its shards, PostgreSQL's
-  # postmaster and its backends, JMeter's JVM) and of the whole machine.
+  # CPU time from /proc of a process tree (ringpool's master and its shards, PostgreSQL's
+  # postmaster and its backends, JMeter's JVM). The whole machine's: Bench::Processes.machine_cpu.
   module Procfs
     HZ = Etc.sysconf(Etc::SC_CLK_TCK).to_f
 
@@ -40,13 +40,6 @@ module RingpoolBench
         pending.concat(children[pid])
       end
       ticks / HZ
-    end
-
-    # @return [Array(Integer, Integer)] jiffies the machine's CPUs have been busy, and in all
-    def machine
-      fields = File.foreach("/proc/stat").first.split.drop(1).first(8).map(&:to_i) # guest time is in user already
-      idle = fields[3] + fields[4] # idle + iowait
-      [fields.sum - idle, fields.sum]
     end
   end
 end

@@ -49,6 +49,7 @@ require_relative "procfs"
 require_relative "jmeter"
 require_relative "report"
 require_relative "../support/ports"
+require_relative "../support/processes"
 require_relative "../support/results"
 
 module RingpoolBench
@@ -373,7 +374,7 @@ module RingpoolBench
     sampler = Thread.new do
       until stop
         table = Procfs.processes
-        busy, total = Procfs.machine
+        busy, total = Bench::Processes.machine_cpu
         sample = { at: Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond), busy: busy, total: total }
         roots.each { |name, pid| sample[name] = (root = pid.call) ? Procfs.tree_cpu(table, root) : 0.0 }
         samples << sample

@@ -38,13 +38,13 @@ module Seeds
           results[[server, adapter]] = PostgresBench::HttpBench.wrk(port, seconds, CONNECTIONS, 1)
           warn "seed 001 #{server} #{adapter}: #{results[[server, adapter]].inspect}"
         ensure
-          Bench.stop(pid)
+          Bench::Processes.stop(pid)
         end
       end
       results
     ensure
-      Bench.stop(relay) if relay
-      Bench.stop(upstream) if upstream
+      Bench::Processes.stop(relay) if relay
+      Bench::Processes.stop(upstream) if upstream
     end
 
     def command(server, port)

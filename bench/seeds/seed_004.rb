@@ -41,11 +41,11 @@ module Seeds
           warn "seed 004 #{label}: #{result.inspect}"
           [label, result]
         ensure
-          Bench.stop(pid)
+          Bench::Processes.stop(pid)
         end
       end
     ensure
-      Bench.stop(upstream) if upstream
+      Bench::Processes.stop(upstream) if upstream
     end
 
     # Adds the seed's section to `report`.

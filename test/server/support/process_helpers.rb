@@ -5,6 +5,10 @@ require "json"
 require "rbconfig"
 require "tmpdir"
 require "weft/thread_statistics"
+# Bench::Processes.children: the one reading of a process's children from /proc, which the
+# benchmarks use too. That file requires nothing of the benchmarks; this one is a Minitest
+# mixin (skip, assertions), which a benchmark could not load without Minitest.
+require_relative "../../../bench/support/processes"
 
 module Weft
   module Test
@@ -86,14 +90,7 @@ module Weft
       # miss a worker that serves. A child that exited and awaits its reaping is not counted.
       def child_pids(parent)
         skip "needs /proc (Linux)" unless File.directory?("/proc/self")
-        Dir.glob("/proc/[0-9]*/stat").filter_map do |path|
-          stat = File.read(path)
-          # "pid (name) state ppid ...": the name may hold spaces and parentheses.
-          state, ppid = stat[(stat.rindex(")") + 2)..].split(" ", 3)
-          stat.to_i if ppid.to_i == parent && state != "Z"
-        rescue SystemCallError
-          nil # it exited meanwhile
-        end.sort
+        Bench::Processes.children(parent)
       end
 
       # Seconds the main thread of process `pid` (a worker's reactor) has spent waiting for a
