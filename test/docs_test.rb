@@ -106,7 +106,8 @@ module Weft
       # @param text [String] Markdown
       # @return [Array<Array(Integer, String)>] line number and path
       def paths(text)
-        roots = "lib|bench|test|apps|docs|bin|ext|examples|fuzz|gemfiles|exe|rakelib"
+        # shared/: the folder beside the project (the seeds, the notes), which a clone lacks
+        roots = "lib|bench|test|apps|docs|bin|ext|examples|fuzz|gemfiles|exe|rakelib|shared"
         text.each_line.with_index(1).flat_map do |line, number|
           line.scan(/(?<![\w\/.-])((?:#{roots})\/[\w.\/{},*-]*[\w}])/).flat_map do |(path)|
             next [] if path.include?("*") || path.include?("...")

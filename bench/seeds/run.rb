@@ -31,11 +31,11 @@ abort "unknown seed(s) #{unknown.join(', ')}: choose among 001, 002, 003, 004" u
 command = "bench/seeds/run#{" --only #{only.join(',')}" unless only.size == 4}#{" --seconds #{seconds}" unless seconds == 10}"
 report = Bench::Report.new("The seeds' experiments, rerun", command: command)
 report.paragraph(<<~TEXT)
-  Each section quotes what a seed post (shared/seeds/, see its README) claimed, then runs the
-  same experiment on this machine as faithfully as one machine allows, naming every
-  substitution. Everything — servers, upstreams, PostgreSQL (a private throwaway cluster) and
-  the load tools (wrk, hey, curl) — shares this machine's cores: read the ratios, not the absolute
-  figures. Load average when the run started: #{File.read('/proc/loadavg').split.first(3).join(' ')}.
+  Each section quotes what a seed (one of the posts and the talk Weft started from, kept beside
+  the project, not in its repository) claimed, then runs the same experiment on this machine as
+  faithfully as one machine allows, naming every substitution. Everything — servers, upstreams,
+  PostgreSQL (a private throwaway cluster) and the load tools (wrk, hey, curl) — shares this
+  machine's cores: read the ratios, not the absolute figures. Load average when the run started: #{File.read('/proc/loadavg').split.first(3).join(' ')}.
   Servers: #{Bench.versions}; PostgreSQL #{only.include?('002') ? PostgresBench.server_version : 'not used'}.
   #{Bench::Results.sibling_link('seeds')}
 TEXT
