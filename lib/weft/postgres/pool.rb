@@ -172,6 +172,8 @@ module Weft
         @limit = limit
         @pipelining = pipelining && Postgres.pipelining_supported?
         @pipeline_depth = pipeline_depth
+        # Spare Requests kept (#pipelined) at most: as many as can be in flight at once
+        @spare_requests_kept = limit * pipeline_depth
         @acquire_timeout = acquire_timeout
         @max_age = max_age
         @idle_timeout = idle_timeout
@@ -810,8 +812,10 @@ module Weft
         @max_depth = depth if depth > @max_depth
         result = pipeline.await(request)
         # Answered, it is out of every pipeline and holds nothing: the next statement of any
-        # caller reuses it (one that raised, abandoned or not, is left to the garbage collector)
-        @spare_requests << request
+        # caller reuses it (one that raised, abandoned or not, is left to the garbage collector).
+        # Up to what can be in flight: a caller makes its Request before it waits for room, and
+        # a burst of 20,000 callers left as many kept (4 MB) on a pool of 10 connections.
+        @spare_requests << request if @spare_requests.size < @spare_requests_kept
         Trace.event(:done, pipeline.connection) if Trace::ON
         result
       end
