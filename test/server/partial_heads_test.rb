@@ -36,12 +36,7 @@ class ServerPartialHeadsTest < Minitest::Test
       # The survivors finish their heads and are answered.
       small.write("\r\n")
       assert_equal "ok", read_response(small).body
-      big.drop(1).each do |socket|
-        socket.write("\r\n\r\n")
-        assert_equal "ok", read_response(socket).body
-      end
-      wait_for { heads.size.zero? }
-      assert_equal 0, heads.bytes
+      finish_heads(heads, big.drop(1), "\r\n\r\n")
     end
   end
 
@@ -87,16 +82,22 @@ class ServerPartialHeadsTest < Minitest::Test
       # bytes. The margin is for strings of the test's own (none of them 60 KB each).
       assert_operator counted, :>=, connections * tail.bytesize
       assert_operator held, :<, counted + 200_000, "strings grew by #{held} bytes, the budget counts #{counted}"
-      sockets.each do |socket|
-        socket.write("d: 1\r\n\r\n")
-        assert_equal "ok", read_response(socket).body
-      end
-      wait_for { heads.size.zero? }
-      assert_equal 0, heads.bytes
+      finish_heads(heads, sockets, "d: 1\r\n\r\n")
     end
   end
 
   private
+
+  # Sends each of `sockets` the `rest` of its head, checks that it is answered, and that no
+  # partial head is left counting.
+  def finish_heads(heads, sockets, rest)
+    sockets.each do |socket|
+      socket.write(rest)
+      assert_equal "ok", read_response(socket).body
+    end
+    wait_for { heads.size.zero? }
+    assert_equal 0, heads.bytes
+  end
 
   def wait_for(seconds = 3)
     deadline = Weft::Timers.now + seconds
