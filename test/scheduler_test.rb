@@ -713,39 +713,6 @@ class SchedulerTest < Minitest::Test
     end
   end
 
-  # Fibers woken in one turn that park again (in #suspend) hand the thread straight to the
-  # next of the turn: one fiber switch each, where going back to the loop fiber in between made
-  # two (a pipelined statement's caller parks and is woken once per statement). They still run
-  # once each, in the order they were woken, and the loop fiber gets the thread back at the end.
-  def test_fibers_of_one_turn_that_park_again_hand_the_thread_on_directly
-    fibers = 10
-    order = []
-    switches = 0
-    Weft.run do
-      scheduler = Fiber.scheduler
-      parked = Array.new(fibers) do |index|
-        Weft.spawn do
-          scheduler.suspend(nil, :first)
-          order << index
-          scheduler.suspend(nil, :second) # parks again: the turn goes on from here
-        end
-      end
-      sleep 0 # each parks
-      tracing = TracePoint.new(:fiber_switch) { switches += 1 }
-      parked.each { |task| assert scheduler.wake(task.fiber, true, :first) }
-      tracing.enable
-      sleep 0 # this fiber parks; the ten run on the next turn
-      tracing.disable
-      parked.each { |task| assert scheduler.wake(task.fiber, true, :second) }
-      parked.each(&:wait)
-    end
-    assert_equal (0...fibers).to_a, order
-    # 12 on 3.1 and 3.3: into the first of the ten and on through the rest (10), this fiber's
-    # way out and back through the loop fiber (2, maybe 3). Through the loop fiber between every
-    # two of the ten it was 22.
-    assert_operator switches, :<=, fibers + 4, "the fibers of the turn went back to the loop fiber in between"
-  end
-
   # The echo server runs in this process on the reactor; the 10,000 clients run in a child
   # process (each side needs one descriptor per connection, and the hard limit here is 20,000).
   def test_echo_server_holds_ten_thousand_connections

@@ -57,12 +57,6 @@ module Weft
     # and timers wait up to 50 us longer while other fibers keep the reactor busy.
     POLL_GAP = 0.00005
 
-    # The fibers of no turn (#run_ready), and what #run_next_in_turn returns when the turn has
-    # nobody left to run.
-    EMPTY_TURN = [].freeze
-    TURN_OVER = Object.new.freeze
-    private_constant :EMPTY_TURN, :TURN_OVER
-
     # How late past its deadline a coarse timed wait (#io_wait_coarse) may end, at most (plus
     # the delay every timer has under load, see #run_once): the period of the sweep that ends
     # them. Never early.
@@ -307,13 +301,9 @@ module Weft
       # Fibers woken and waiting for their turn, mapped to the value #suspend returns to them.
       # A Hash rather than an Array so that a fiber raised into while queued can be taken out.
       @ready = {}.compare_by_identity
-      # The fibers of the turn being run and the values they resume with, taken from @ready
-      # when the turn begins (#run_ready), so that wake-ups during the turn go to the next one;
-      # @turn_next indexes the first still to run. A fiber taken out before its turn (raised
-      # into) leaves a nil (#withdraw).
-      @turn_fibers = EMPTY_TURN
-      @turn_values = EMPTY_TURN
-      @turn_next = 0
+      # The fibers of the turn being run: #run_ready swaps it with @ready, so that wake-ups
+      # during the turn go to the other Hash. Holds only fibers still waiting for their turn.
+      @running = {}.compare_by_identity
       # Tasks spawned and waiting to start, in spawn order.
       @starting = []
       # Set when a turn cut a burst of starts short: the next turn runs the fibers the cut let in
@@ -525,10 +515,7 @@ module Weft
 
       @suspended[fiber] = blocker
       timer = @timers.after(timeout, suspend_timeout(fiber)) if timeout
-      # Straight on to the next fiber of the turn, if one is left: one fiber switch per wait
-      # where going back to the loop fiber, which would switch to that fiber, made two.
-      value = run_next_in_turn
-      value = @selector.transfer if value.equal?(TURN_OVER)
+      value = @selector.transfer
       # Resumed by its turn (#run_ready), which only #wake gives a fiber parked here: #wake took
       # it out of @suspended, so the ensure need not (a Hash delete per wait).
       woken = true
@@ -536,7 +523,8 @@ module Weft
     rescue Exception # rubocop:disable Lint/RescueException
       # Raised into (a cancellation, Fiber#raise), maybe after a wake-up queued it: its turn
       # must not come. Resumed by its turn instead, it is in neither queue (#run_ready).
-      withdraw(fiber)
+      @ready.delete(fiber)
+      @running.delete(fiber)
       raise
     ensure
       @suspended.delete(fiber) unless woken # raised into, killed (Fiber#kill runs no rescue)
@@ -805,7 +793,8 @@ module Weft
       begin
         yield
       ensure
-        withdraw(current) # (from the turn too: queued, and a turn began, before control came back)
+        @ready.delete(current)
+        @running.delete(current) # queued, and a turn began, before control came back
       end
     end
 
@@ -1085,54 +1074,28 @@ module Weft
       end
     end
 
-    # Runs the fibers that were ready when this turn began: ones woken meanwhile wait for the
-    # next turn, after I/O has been polled, so busy fibers cannot starve the sockets. The turn
-    # is taken from @ready as two Arrays (two allocations a turn; walking the Hash itself called
-    # a block from C for every fiber), and a fiber of the turn that parks in #suspend hands the
-    # thread straight to the next (#run_next_in_turn): the loop fiber resumes only the first,
-    # and those after one that waited otherwise (I/O, a task's end).
     def run_ready
-      ready = @ready
-      @turn_fibers = ready.keys
-      @turn_values = ready.values
-      @turn_next = 0
-      ready.clear
-      nil until run_next_in_turn.equal?(TURN_OVER)
+      # Run only the fibers that were ready when this turn began: ones woken meanwhile wait for
+      # the next turn, after I/O has been polled, so busy fibers cannot starve the sockets. The
+      # turn's Hash is walked in place while wake-ups go to the other, empty one: taking the
+      # fibers out with Hash#shift made a [fiber, value] Array for every wake-up. Each entry
+      # leaves before its fiber runs, so that the Hash holds only fibers still to run (a fiber
+      # raised into before its turn takes itself out, see #suspend, and the walk skips it).
+      running = @ready
+      @ready = @running
+      @running = running
+      running.each_pair do |fiber, value|
+        running.delete(fiber)
+        fiber.weft_transfer(value) if fiber.alive?
+      end
     ensure
       # An exception escaped the walk (an Interrupt in the loop fiber): the fibers it did not
       # reach go first on the next turn, as they would have stayed at the head of one queue.
-      if @turn_next < @turn_fibers.size
-        rest = {}.compare_by_identity
-        @turn_next.upto(@turn_fibers.size - 1) do |index|
-          fiber = @turn_fibers[index]
-          rest[fiber] = @turn_values[index] if fiber
-        end
-        @ready = rest.update(@ready)
+      unless running.empty?
+        @running = @ready
+        @ready = running.update(@running)
+        @running.clear
       end
-      @turn_fibers = @turn_values = EMPTY_TURN # (the fibers are not kept from the GC until the next turn)
-      @turn_next = 0
-    end
-
-    # Transfers to the next fiber of the turn still to run, with its value from #wake.
-    # @return the value the current fiber is resumed with, or TURN_OVER (with no switch made)
-    #   when the turn has nobody left
-    def run_next_in_turn
-      fibers = @turn_fibers
-      index = @turn_next
-      while index < fibers.size
-        fiber = fibers[index]
-        index += 1
-        @turn_next = index # before the switch: whichever fiber parks next goes on from here
-        return fiber.weft_transfer(@turn_values[index - 1]) if fiber&.alive?
-      end
-      TURN_OVER
-    end
-
-    # Takes `fiber` out of the fibers waiting for their turn, this one's or the next.
-    def withdraw(fiber)
-      @ready.delete(fiber)
-      index = @turn_fibers.index(fiber) # (raised into while queued: rare, and a turn is short)
-      @turn_fibers[index] = nil if index && index >= @turn_next
     end
 
     def deliver_raises
