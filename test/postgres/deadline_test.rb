@@ -16,9 +16,34 @@ class PostgresDeadlineTest < Minitest::Test
   include Weft::Test::PostgresPools
 
 
+  # Times the block as the helpers' #timed does, and keeps how long this (the reactor's) thread
+  # waited for a core meanwhile, for #assert_deadline_error.
+  def timed
+    before = Weft::ThreadStatistics.calling_thread
+    outcome, took = super
+    after = Weft::ThreadStatistics.calling_thread
+    @core_wait = before && after ? after[1] - before[1] : nil
+    [outcome, took]
+  end
+
+  # The error came at the deadline, LATE at most after it. A deadline's timer fires between
+  # the reactor's turns, and beside three busy loops the turns of the busiest test here took
+  # 47-150 ms (its error came late in 6 of 16 runs). Lateness that the reactor's thread's wait
+  # for a core explains is the machine's and skips with the figures: the wait is counted over
+  # the whole timed call, and the lateness beyond LATE tracked it within a few ms (0.053 s late
+  # after 0.052 s of waiting, 0.108 after 0.111) but once came to twice it (0.134 beyond, 0.09
+  # waited), so half of it must have been waiting. A deadline kept waiting for its statement
+  # (seconds late, a few ms of waiting) fails.
   def assert_deadline_error(outcome, took, deadline)
     assert_kind_of Weft::DeadlineExceeded, outcome
-    assert_operator took, :<, deadline + LATE, "the caller got its error #{took - deadline}s after its deadline"
+    late = took - deadline
+    return if late < LATE
+
+    message = "the caller got its error #{late.round(3)} s after its deadline"
+    if @core_wait && @core_wait >= (late - LATE) / 2
+      skip "#{message}; the reactor's thread waited #{@core_wait.round(3)} s for a core meanwhile (the machine's load)"
+    end
+    flunk "#{message} (the reactor's thread waited #{@core_wait&.round(3).inspect} s for a core meanwhile)"
   end
 
   def assert_pool_serves_many_fibers(db)
@@ -230,7 +255,8 @@ class PostgresDeadlineTest < Minitest::Test
       assert_deadline_error(outcome, took, 0.15)
       # It may still have been queued behind other statements at its deadline; those behind it
       # wait for it only until it is cancelled, not for its 5 s.
-      results = assert_elapsed_under(2.0) { Weft.gather(workers) }
+      # (0.7 s here when quiet; 2.1 s once beside three busy loops; 5 s if they waited for it)
+      results = assert_elapsed_under(3.5) { Weft.gather(workers) }
       results.each_with_index do |values, fiber|
         assert_equal Array.new(10) { |i| (fiber * 100) + i }, values
       end
