@@ -21,8 +21,8 @@ module Weft
       # Runs `app` (wrapped in Rack::Lint unless lint: false) in a Weft::Server on its own thread
       # and reactor, yields the server and its port, then stops it gracefully. The stop's drain
       # grace is short: tests leave keep-alive connections open, and each would hold the stop
-      # for the default second. The sockets the block opened with #connect (and #raw_request)
-      # are closed before the stop: a connection the server refused (413, 408, a malformed
+      # for the default second. The sockets the block opened with #connect (and #raw_request,
+      # #close_at_stop) are closed before the stop: a connection the server refused (413, 408, a malformed
       # request) lingers, reading what the client still sends until it closes, for up to
       # Connection::LINGER_SECONDS, and the stop waited that long for each test that left one.
       def with_server(app, lint: true, **options)
@@ -48,7 +48,12 @@ module Weft
 
       # A new connection to 127.0.0.1:`port`, closed at the end of #with_server if still open.
       def connect(port)
-        socket = TCPSocket.new("127.0.0.1", port)
+        close_at_stop(TCPSocket.new("127.0.0.1", port))
+      end
+
+      # Has #with_server close `socket` (a client's) before it stops the server.
+      # @return [IO] the socket
+      def close_at_stop(socket)
         (@client_sockets ||= []) << socket
         socket
       end
