@@ -19,12 +19,13 @@ class ServerClosingTest < Minitest::Test
 
   # A small receive buffer keeps most of the response in the server's send buffer when it
   # closes, where a reset discards it (a client on a slower network than loopback is in that
-  # state for any response larger than what is in flight).
+  # state for any response larger than what is in flight). Closed before #with_server's stop,
+  # which the server's linger after its close would otherwise hold until the client closed.
   def slow_reader(port)
     socket = Socket.new(:INET, :STREAM)
     socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_RCVBUF, 16_384)
     socket.connect(Socket.sockaddr_in(port, "127.0.0.1"))
-    socket
+    close_at_stop(socket)
   end
 
   # Reads to the end of the stream (or a reset) within a bound.

@@ -216,6 +216,24 @@ class ServerRequestBodyTest < Minitest::Test
     end
   end
 
+  # A refused client that keeps its connection open (the server lingers on it, reading what it
+  # still sends: Connection#linger) holds a stop no longer than that linger
+  # (Connection::LINGER_SECONDS), not until the stop's shutdown_timeout. #with_server closes the
+  # sockets #connect opened before its stop, so this one is opened apart and left open through
+  # the stop, which #with_server fails when it takes over 10 s (a linger without its own bound
+  # held the stop for the whole shutdown_timeout, 30 s here).
+  def test_a_stop_ends_while_a_refused_client_keeps_its_connection_open
+    socket = nil
+    with_server(ECHO, max_body_bytes: 1000, shutdown_timeout: 30) do |_, port|
+      socket = TCPSocket.new("127.0.0.1", port)
+      socket.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n")
+      assert_equal 413, read_response(socket).status
+    end
+    assert closed_by_server?(socket), "the lingering connection was not closed by the stop"
+  ensure
+    socket&.close
+  end
+
   private
 
   # @return [Array<String>] this process's open spool files (unlinked: "(deleted)")

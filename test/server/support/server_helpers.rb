@@ -21,7 +21,10 @@ module Weft
       # Runs `app` (wrapped in Rack::Lint unless lint: false) in a Weft::Server on its own thread
       # and reactor, yields the server and its port, then stops it gracefully. The stop's drain
       # grace is short: tests leave keep-alive connections open, and each would hold the stop
-      # for the default second.
+      # for the default second. The sockets the block opened with #connect (and #raw_request,
+      # #close_at_stop) are closed before the stop: a connection the server refused (413, 408, a malformed
+      # request) lingers, reading what the client still sends until it closes, for up to
+      # Connection::LINGER_SECONDS, and the stop waited that long for each test that left one.
       def with_server(app, lint: true, **options)
         app = Rack::Lint.new(app) if lint
         options = { binds: ["tcp://127.0.0.1:0"], workers: 0, shutdown_timeout: 5, drain_grace: 0.05 }.merge(options)
@@ -32,6 +35,7 @@ module Weft
         begin
           yield server, port
         ensure
+          close_client_sockets
           server.stop
           thread.join(10) or flunk("server did not stop within 10 s")
           thread.value # re-raises what killed the server, if anything
@@ -42,8 +46,22 @@ module Weft
         Net::HTTP.start("127.0.0.1", port) { |http| http.get(path, headers) }
       end
 
+      # A new connection to 127.0.0.1:`port`, closed at the end of #with_server if still open.
       def connect(port)
-        TCPSocket.new("127.0.0.1", port)
+        close_at_stop(TCPSocket.new("127.0.0.1", port))
+      end
+
+      # Has #with_server close `socket` (a client's) before it stops the server.
+      # @return [IO] the socket
+      def close_at_stop(socket)
+        (@client_sockets ||= []) << socket
+        socket
+      end
+
+      # Closes the sockets #connect opened that are still open.
+      def close_client_sockets
+        @client_sockets&.each { |socket| socket.close unless socket.closed? }
+        @client_sockets = nil
       end
 
       # Reads one response (Content-Length, chunked or close-delimited) off a socket.
