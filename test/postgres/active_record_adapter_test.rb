@@ -50,6 +50,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     elapsed = nil
     results = nil
     sleeping = nil
+    core_before = Weft::ThreadStatistics.calling_thread
     backends = watch_backends do
       started = Weft::Timers.now
       sleeping = watch_backends_sleeping do
@@ -87,7 +88,18 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     assert_operator stats[:pipelined], :>, 0, "no statement was pipelined: #{stats.inspect}"
     # With 200 sleeps for 5 connections, every connection carries one most of the time: the
     # ones that come then queue behind the sleep due to end first (docs/postgres.md, "Routing").
-    assert_operator stats[:queued_behind_slow], :>, 0, "no sleep queued behind another: #{stats.inspect}"
+    return if stats[:queued_behind_slow].positive?
+
+    # A sleep counts as due to end soon only for twice its length after it began (pool.rb's
+    # #behind_slow): a reactor thread kept off the cores sees every sleep as older than that,
+    # and none queues behind one (once beside four busy loops). Told apart by how long the
+    # thread waited for a core.
+    core_after = Weft::ThreadStatistics.calling_thread
+    waited = core_before && core_after ? (core_after[1] - core_before[1]) / elapsed : 0.0
+    message = "no sleep queued behind another (#{stats.inspect}); the reactor's thread waited " \
+              "for a core #{(waited * 100).round}% of the run"
+    skip "#{message}: the machine's load" if waited >= 0.15
+    flunk message
   end
 
   def test_each_fibers_transaction_commits_or_rolls_back_its_own_work_only
