@@ -333,6 +333,12 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
                 e.class
               end
             end
+          rescue ActiveRecord::ActiveRecordError => e
+            # disconnect! takes the adapters still leased after checkout_timeout (steal!), and the
+            # fiber that had one gets "Cannot expire connection, it is not currently leased" when
+            # with_connection gives it back (ActiveRecord 8.1, once in a 3.3 run)
+            raise unless e.message.include?("not currently leased")
+            [e.class]
           end
         end
         3.times do
