@@ -188,6 +188,15 @@ module Weft
         value
       end
 
+      # Seconds this thread has waited for a core since `reading` (a
+      # Weft::ThreadStatistics.calling_thread taken earlier): the machine's load as the thread
+      # felt it, for tests that tell that from a defect of their own when something came late.
+      # @return [Float, nil] nil where Linux keeps no such statistics
+      def core_wait_since(reading)
+        now = Weft::ThreadStatistics.calling_thread
+        now[1] - reading[1] if reading && now
+      end
+
       # Runs the block and returns [its value or the exception it raised, seconds it took], for
       # tests that assert both what happened and when.
       def timed

@@ -94,8 +94,7 @@ class PostgresActiveRecordAdapterTest < Minitest::Test
     # #behind_slow): a reactor thread kept off the cores sees every sleep as older than that,
     # and none queues behind one (once beside four busy loops). Told apart by how long the
     # thread waited for a core.
-    core_after = Weft::ThreadStatistics.calling_thread
-    waited = core_before && core_after ? (core_after[1] - core_before[1]) / elapsed : 0.0
+    waited = (core_wait_since(core_before) || 0.0) / elapsed
     message = "no sleep queued behind another (#{stats.inspect}); the reactor's thread waited " \
               "for a core #{(waited * 100).round}% of the run"
     skip "#{message}: the machine's load" if waited >= 0.15

@@ -21,8 +21,7 @@ class PostgresDeadlineTest < Minitest::Test
   def timed
     before = Weft::ThreadStatistics.calling_thread
     outcome, took = super
-    after = Weft::ThreadStatistics.calling_thread
-    @core_wait = before && after ? after[1] - before[1] : nil
+    @core_wait = core_wait_since(before)
     [outcome, took]
   end
 

@@ -79,8 +79,7 @@ class PostgresServerTimeTest < Minitest::Test
     # the backends off the cores can (the kernel's doing, which CoreWait discounts only in part:
     # once in a full 3.1 run beside a helper's valgrind runs). Told apart by how long the
     # reactor's thread, always runnable here, waited for a core.
-    after = Weft::ThreadStatistics.calling_thread
-    waited = before && after ? (after[1] - before[1]) / (now - started) : 0.0
+    waited = (core_wait_since(before) || 0.0) / (now - started)
     message = "select 1 was marked slow #{statistics[:slow_marked]} times in #{statistics[:queries]} " \
               "statements; the reactor's thread waited for a core #{(waited * 100).round}% of the run"
     skip "#{message}: the machine's load, not the reactor's" if waited >= 0.15
